@@ -1,0 +1,71 @@
+"""Creating the aiobotocore clients a consumer needs.
+
+Owns: turning the user's client options (a session, region, endpoint URL, credentials) into
+DynamoDB and Kinesis clients with timeouts and retry settings suited to lease renewal.
+Must not: hold protocol logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import attrs
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+
+@attrs.frozen(kw_only=True)
+class ClientOptions:
+    """How to reach AWS.
+
+    ``session`` may be an aiobotocore ``AioSession`` or an ``aioboto3.Session``.
+    """
+
+    region_name: str | None = None
+    endpoint_url: str | None = None
+    dynamodb_endpoint_url: str | None = None
+    kinesis_endpoint_url: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    aws_session_token: str | None = None
+    session: Any = None
+    #: Per-request timeouts; a renewal must fail well within the failover time.
+    connect_timeout: float = 5.0
+    read_timeout: float = 10.0
+    max_attempts: int = 3
+
+    def _kwargs(self, endpoint: str | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "config": AioConfig(
+                connect_timeout=self.connect_timeout,
+                read_timeout=self.read_timeout,
+                retries={"max_attempts": self.max_attempts, "mode": "standard"},
+                max_pool_connections=64,
+            )
+        }
+        for name in (
+            "region_name",
+            "aws_access_key_id",
+            "aws_secret_access_key",
+            "aws_session_token",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                kwargs[name] = value
+        if endpoint is not None:
+            kwargs["endpoint_url"] = endpoint
+        return kwargs
+
+    def create_client(self, service: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        endpoint = {
+            "dynamodb": self.dynamodb_endpoint_url,
+            "kinesis": self.kinesis_endpoint_url,
+        }.get(service) or self.endpoint_url
+        session: Any = self.session if self.session is not None else get_session()
+        kwargs = self._kwargs(endpoint)
+        if hasattr(session, "create_client"):  # aiobotocore AioSession
+            return session.create_client(service, **kwargs)  # type: ignore[no-any-return]
+        if hasattr(session, "client"):  # aioboto3.Session
+            return session.client(service, **kwargs)  # type: ignore[no-any-return]
+        raise TypeError(f"session must be an aiobotocore or aioboto3 session, got {session!r}")

@@ -1,0 +1,314 @@
+"""The lease table on DynamoDB (aiobotocore), with the KCL's fenced conditional writes.
+
+Owns: the DynamoDB calls behind ``LeaseStore`` and the mapping of AWS errors to adapter errors.
+Must not: decide anything about the protocol (which lease to take, when it expires).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kclasync.adapters import lease_codec as c
+from kclasync.adapters.protocols import LeaseScan, ThrottledError, TransientError
+from kclasync.core.lease import CorruptLeaseError, Lease
+from kclasync.core.position import Checkpoint
+
+_THROTTLING = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "LimitExceededException",
+}
+_TRANSIENT = {"InternalServerError", "ServiceUnavailable", "InternalFailure"}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@contextlib.asynccontextmanager
+async def _mapped_errors(operation: str) -> AsyncIterator[None]:
+    try:
+        yield
+    except ClientError as exc:
+        code = _code(exc)
+        if code in _THROTTLING:
+            raise ThrottledError(f"DynamoDB {operation} throttled: {code}") from exc
+        if code in _TRANSIENT:
+            raise TransientError(f"DynamoDB {operation} failed: {code}") from exc
+        raise
+    except (TimeoutError, BotoCoreError, OSError) as exc:
+        raise TransientError(f"DynamoDB {operation} failed: {exc}") from exc
+
+
+class DynamoLeaseStore:
+    """``LeaseStore`` over a DynamoDB table, using a low-level aiobotocore DynamoDB client."""
+
+    def __init__(self, client: Any, table_name: str) -> None:
+        self._client = client
+        self.table_name = table_name
+        #: Calls made, by operation, for metrics and benchmarks.
+        self.calls: dict[str, int] = {}
+
+    def _count(self, op: str) -> None:
+        self.calls[op] = self.calls.get(op, 0) + 1
+
+    # -- table -----------------------------------------------------------------------------
+
+    async def ensure_table(self, timeout: float = 60.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            async with _mapped_errors("DescribeTable"):
+                self._count("describe_table")
+                desc = await self._client.describe_table(TableName=self.table_name)
+            status = desc["Table"]["TableStatus"]
+        except ClientError as exc:
+            if _code(exc) != "ResourceNotFoundException":
+                raise
+            status = await self._create_table()
+        while status != "ACTIVE":
+            if loop.time() > deadline:
+                raise TransientError(f"lease table {self.table_name} not ACTIVE after {timeout}s")
+            await asyncio.sleep(0.2)
+            async with _mapped_errors("DescribeTable"):
+                self._count("describe_table")
+                desc = await self._client.describe_table(TableName=self.table_name)
+            status = desc["Table"]["TableStatus"]
+
+    async def _create_table(self) -> str:
+        try:
+            async with _mapped_errors("CreateTable"):
+                self._count("create_table")
+                resp = await self._client.create_table(
+                    TableName=self.table_name,
+                    BillingMode="PAY_PER_REQUEST",
+                    AttributeDefinitions=[
+                        {"AttributeName": c.LEASE_KEY, "AttributeType": "S"},
+                        {"AttributeName": c.LEASE_OWNER, "AttributeType": "S"},
+                    ],
+                    KeySchema=[{"AttributeName": c.LEASE_KEY, "KeyType": "HASH"}],
+                    GlobalSecondaryIndexes=[
+                        {
+                            "IndexName": c.OWNER_INDEX,
+                            "KeySchema": [
+                                {"AttributeName": c.LEASE_OWNER, "KeyType": "HASH"},
+                                {"AttributeName": c.LEASE_KEY, "KeyType": "RANGE"},
+                            ],
+                            "Projection": {"ProjectionType": "KEYS_ONLY"},
+                        }
+                    ],
+                )
+            return str(resp["TableDescription"]["TableStatus"])
+        except ClientError as exc:
+            if _code(exc) == "ResourceInUseException":  # another worker created it first
+                return "CREATING"
+            raise
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def is_empty(self) -> bool:
+        async with _mapped_errors("Scan"):
+            self._count("scan")
+            resp = await self._client.scan(
+                TableName=self.table_name, Limit=1, ConsistentRead=True, Select="COUNT"
+            )
+        return int(resp.get("Count", 0)) == 0 and "LastEvaluatedKey" not in resp
+
+    async def list_leases(self) -> LeaseScan:
+        leases: list[Lease] = []
+        corrupt: list[CorruptLeaseError] = []
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+        while True:
+            async with _mapped_errors("Scan"):
+                self._count("scan")
+                resp = await self._client.scan(**kwargs)
+            for item in resp.get("Items", []):
+                try:
+                    leases.append(c.item_to_lease(item))
+                except CorruptLeaseError as exc:
+                    corrupt.append(exc)
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                return LeaseScan(tuple(leases), tuple(corrupt))
+            kwargs["ExclusiveStartKey"] = last
+
+    async def get_lease(self, key: str) -> Lease | None:
+        async with _mapped_errors("GetItem"):
+            self._count("get_item")
+            resp = await self._client.get_item(
+                TableName=self.table_name, Key={c.LEASE_KEY: {"S": key}}, ConsistentRead=True
+            )
+        item = resp.get("Item")
+        return None if item is None else c.item_to_lease(item)
+
+    # -- conditional writes ----------------------------------------------------------------
+
+    async def _update(self, op: str, key: str, **kwargs: Any) -> Lease | None:
+        try:
+            async with _mapped_errors(op):
+                self._count(op)
+                resp = await self._client.update_item(
+                    TableName=self.table_name,
+                    Key={c.LEASE_KEY: {"S": key}},
+                    ReturnValues="ALL_NEW",
+                    **kwargs,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise
+        return c.item_to_lease(resp["Attributes"])
+
+    async def create_lease(self, lease: Lease) -> bool:
+        try:
+            async with _mapped_errors("PutItem"):
+                self._count("create")
+                await self._client.put_item(
+                    TableName=self.table_name,
+                    Item=c.lease_to_item(lease),
+                    ConditionExpression="attribute_not_exists(#k)",
+                    ExpressionAttributeNames={"#k": c.LEASE_KEY},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
+        names = {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER}
+        values: dict[str, Any] = {
+            ":old": {"N": str(lease.counter)},
+            ":new": {"N": str(lease.counter + 1)},
+            ":owner": {"S": lease.owner or ""},
+        }
+        update = "SET #c = :new"
+        if throughput_kbps is not None:
+            names["#t"] = c.THROUGHPUT_KBPS
+            values[":t"] = {"N": repr(float(throughput_kbps))}
+            update += ", #t = :t"
+        return await self._update(
+            "renew",
+            lease.key,
+            UpdateExpression=update,
+            ConditionExpression="#c = :old AND #o = :owner",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    async def take_lease(self, lease: Lease, owner: str) -> Lease | None:
+        return await self._update(
+            "take",
+            lease.key,
+            UpdateExpression=(
+                "SET #c = :new, #o = :me, #s = if_not_exists(#s, :zero) + :one REMOVE #co"
+            ),
+            ConditionExpression="#c = :old",
+            ExpressionAttributeNames={
+                "#c": c.LEASE_COUNTER,
+                "#o": c.LEASE_OWNER,
+                "#s": c.OWNER_SWITCHES,
+                "#co": c.CHECKPOINT_OWNER,
+            },
+            ExpressionAttributeValues={
+                ":old": {"N": str(lease.counter)},
+                ":new": {"N": str(lease.counter + 1)},
+                ":me": {"S": owner},
+                ":zero": {"N": "0"},
+                ":one": {"N": "1"},
+            },
+        )
+
+    async def release_lease(self, lease: Lease) -> Lease | None:
+        return await self._update(
+            "release",
+            lease.key,
+            UpdateExpression="SET #c = #c + :one REMOVE #o",
+            ConditionExpression="#o = :owner",
+            ExpressionAttributeNames={"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER},
+            ExpressionAttributeValues={":owner": {"S": lease.owner or ""}, ":one": {"N": "1"}},
+        )
+
+    async def checkpoint(
+        self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
+    ) -> Lease | None:
+        names = {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER}
+        values: dict[str, Any] = {
+            ":old": {"N": str(lease.counter)},
+            ":new": {"N": str(lease.counter + 1)},
+            ":owner": {"S": lease.owner or ""},
+        }
+        if pending is not None:
+            names |= {"#p": c.PENDING_CHECKPOINT, "#ps": c.PENDING_CHECKPOINT_SUBSEQ}
+            values |= {":p": {"S": pending.value}, ":ps": {"N": str(pending.sub_sequence)}}
+            update = "SET #c = :new, #p = :p, #ps = :ps"
+        else:
+            names |= {
+                "#cp": c.CHECKPOINT,
+                "#cs": c.CHECKPOINT_SUBSEQ,
+                "#sw": c.OWNER_SWITCHES,
+                "#p": c.PENDING_CHECKPOINT,
+                "#ps": c.PENDING_CHECKPOINT_SUBSEQ,
+            }
+            values |= {
+                ":cp": {"S": checkpoint.value},
+                ":cs": {"N": str(checkpoint.sub_sequence)},
+                ":zero": {"N": "0"},
+            }
+            update = "SET #c = :new, #cp = :cp, #cs = :cs, #sw = :zero REMOVE #p, #ps"
+        return await self._update(
+            "checkpoint",
+            lease.key,
+            UpdateExpression=update,
+            ConditionExpression="#c = :old AND #o = :owner",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    async def delete_lease(self, lease: Lease) -> bool:
+        try:
+            async with _mapped_errors("DeleteItem"):
+                self._count("delete")
+                await self._client.delete_item(
+                    TableName=self.table_name,
+                    Key={c.LEASE_KEY: {"S": lease.key}},
+                    ConditionExpression="#c = :old",
+                    ExpressionAttributeNames={"#c": c.LEASE_COUNTER},
+                    ExpressionAttributeValues={":old": {"N": str(lease.counter)}},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    # -- administration (CLI) --------------------------------------------------------------
+
+    async def set_sticky(self, key: str, value: int | None) -> None:
+        """Set or remove the externally managed ``Sticky`` attribute (workers never call this)."""
+        names = {"#st": c.STICKY, "#k": c.LEASE_KEY}
+        async with _mapped_errors("UpdateItem"):
+            self._count("set_sticky")
+            if value is None:
+                await self._client.update_item(
+                    TableName=self.table_name,
+                    Key={c.LEASE_KEY: {"S": key}},
+                    UpdateExpression="REMOVE #st",
+                    ConditionExpression="attribute_exists(#k)",
+                    ExpressionAttributeNames=names,
+                )
+            else:
+                await self._client.update_item(
+                    TableName=self.table_name,
+                    Key={c.LEASE_KEY: {"S": key}},
+                    UpdateExpression="SET #st = :v",
+                    ConditionExpression="attribute_exists(#k)",
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues={":v": {"N": str(value)}},
+                )

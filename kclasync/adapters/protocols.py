@@ -1,0 +1,172 @@
+"""The two small interfaces the runtime does its I/O through.
+
+Owns: ``LeaseStore`` (the lease table, with conditional writes) and ``StreamClient`` (shard listing
+and record fetching), the values they exchange, and the errors they raise. Implementations:
+``adapters.dynamodb`` / ``adapters.kinesis`` (AWS), and in-memory stand-ins for simulation.
+Must not: contain protocol decisions; those live in ``kclasync.core``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+import attrs
+
+from kclasync.core.lease import CorruptLeaseError, Lease
+from kclasync.core.position import Checkpoint
+from kclasync.core.shard import HashRange, Shard
+from kclasync.errors import KclAsyncError
+from kclasync.records import Record
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+class AdapterError(KclAsyncError):
+    """An I/O call failed."""
+
+
+class ThrottledError(AdapterError):
+    """The service asked us to slow down (ProvisionedThroughputExceeded, LimitExceeded, ...)."""
+
+
+class ExpiredIteratorError(AdapterError):
+    """A shard iterator is older than five minutes and must be replaced."""
+
+
+class ShardNotFoundError(AdapterError):
+    """The shard (or its stream) no longer exists."""
+
+
+class TransientError(AdapterError):
+    """A failure worth retrying (timeouts, 5xx, connection errors)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Lease store
+
+
+@attrs.frozen
+class LeaseScan:
+    """A full read of the lease table: parseable leases and items that are not."""
+
+    leases: tuple[Lease, ...]
+    corrupt: tuple[CorruptLeaseError, ...] = ()
+
+
+class LeaseStore(Protocol):
+    """The lease table. Every owner write is conditional (fenced) as the KCL's are.
+
+    Conditional methods return the lease as written, or None when the condition failed.
+    """
+
+    async def ensure_table(self) -> None:
+        """Create the table (and its owner index) if missing and wait until it is usable."""
+
+    async def is_empty(self) -> bool: ...
+
+    async def list_leases(self) -> LeaseScan: ...
+
+    async def get_lease(self, key: str) -> Lease | None:
+        """Read one lease strongly; raises CorruptLeaseError for an unreadable item."""
+
+    async def create_lease(self, lease: Lease) -> bool:
+        """Write a new lease if no item has its key. False when one already exists."""
+
+    async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
+        """counter+1, conditional on counter and owner being as in ``lease``."""
+
+    async def take_lease(self, lease: Lease, owner: str) -> Lease | None:
+        """Become owner: counter+1, ownerSwitches+1, checkpointOwner removed; on counter."""
+
+    async def release_lease(self, lease: Lease) -> Lease | None:
+        """Remove the owner (counter+1), conditional on ``lease.owner`` still owning it."""
+
+    async def checkpoint(
+        self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
+    ) -> Lease | None:
+        """Write the checkpoint (and clear the pending one, reset ownerSwitches), counter+1;
+        conditional on counter and owner. With ``pending`` set and ``checkpoint`` unchanged,
+        only the pending checkpoint is written."""
+
+    async def delete_lease(self, lease: Lease) -> bool:
+        """Delete, conditional on the counter being unchanged."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream client
+
+
+class IteratorType(str, enum.Enum):
+    TRIM_HORIZON = "TRIM_HORIZON"
+    LATEST = "LATEST"
+    AT_SEQUENCE_NUMBER = "AT_SEQUENCE_NUMBER"
+    AFTER_SEQUENCE_NUMBER = "AFTER_SEQUENCE_NUMBER"
+    AT_TIMESTAMP = "AT_TIMESTAMP"
+
+
+@attrs.frozen
+class StartingPosition:
+    type: IteratorType
+    sequence_number: str | None = None
+    timestamp: datetime | None = None
+
+    def __attrs_post_init__(self) -> None:
+        needs_seq = self.type in (
+            IteratorType.AT_SEQUENCE_NUMBER,
+            IteratorType.AFTER_SEQUENCE_NUMBER,
+        )
+        if needs_seq != (self.sequence_number is not None):
+            raise ValueError(f"{self.type.value} and sequence_number go together")
+        if (self.type is IteratorType.AT_TIMESTAMP) != (self.timestamp is not None):
+            raise ValueError("AT_TIMESTAMP and timestamp go together")
+
+
+@attrs.frozen
+class ChildShard:
+    shard_id: str
+    parent_shard_ids: tuple[str, ...]
+    hash_range: HashRange | None = None
+
+
+@attrs.frozen
+class GetRecordsResult:
+    records: Sequence[Record]
+    next_iterator: str | None
+    millis_behind_latest: int | None = None
+    child_shards: tuple[ChildShard, ...] = ()
+
+    @property
+    def shard_ended(self) -> bool:
+        return self.next_iterator is None
+
+
+class ShardFilterType(str, enum.Enum):
+    AT_LATEST = "AT_LATEST"
+    AT_TRIM_HORIZON = "AT_TRIM_HORIZON"
+    AT_TIMESTAMP = "AT_TIMESTAMP"
+
+
+@attrs.frozen
+class ShardFilter:
+    type: ShardFilterType
+    timestamp: datetime | None = None
+
+
+class StreamClient(Protocol):
+    async def list_shards(
+        self, stream: str, shard_filter: ShardFilter | None = None
+    ) -> list[Shard]:
+        """Every shard (following NextToken), optionally filtered as ListShards does."""
+
+    async def get_shard_iterator(
+        self, stream: str, shard_id: str, position: StartingPosition
+    ) -> str: ...
+
+    async def get_records(
+        self, stream: str, shard_id: str, iterator: str, limit: int
+    ) -> GetRecordsResult:
+        """One GetRecords call. Raises ThrottledError, ExpiredIteratorError, ShardNotFoundError."""
