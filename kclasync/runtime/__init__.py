@@ -1,0 +1,1 @@
+"""The asyncio runtime: coordinator loops and per-shard pipelines."""
