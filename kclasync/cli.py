@@ -1,0 +1,77 @@
+"""The ``kclasync`` command: ``demo`` and ``leases``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from kclasync.adapters.aws import ClientOptions
+
+
+def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("leases", help="print an application's lease table")
+    p.add_argument("--application", "-a", required=True, help="application (lease table) name")
+    p.add_argument("--table", help="lease table name, if not the application name")
+    p.add_argument("--endpoint-url", help="DynamoDB endpoint (for local emulators)")
+    p.add_argument("--region", help="AWS region")
+
+
+def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run producers and several workers against an in-process AWS emulator",
+    )
+    p.add_argument("--shards", type=int, default=4, help="shards in the demo stream (4)")
+    p.add_argument("--workers", type=int, default=3, help="workers sharing the stream (3)")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of producing (30)")
+    p.add_argument("--rate", type=int, default=400, help="records produced per second (400)")
+    p.add_argument("--backlog", type=int, default=20000, help="records written before start")
+    p.add_argument("--failover", type=float, default=3.0, help="lease failover time, s (3)")
+    p.add_argument("--no-crash", action="store_true", help="do not crash a worker midway")
+    p.add_argument("--plain", action="store_true", help="no screen redraws, just lines")
+    p.add_argument("--verbose", "-v", action="store_true", help="log what the workers do")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kclasync", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _demo_parser(sub)
+    _leases_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from kclasync.demo import DemoSettings, run_demo
+
+        logging.basicConfig(
+            level=logging.INFO if args.verbose else logging.ERROR,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        # The embedded emulator's request log is noise here.
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        try:
+            settings = DemoSettings(
+                shards=args.shards,
+                workers=args.workers,
+                duration=args.duration,
+                rate=args.rate,
+                backlog=args.backlog,
+                failover=args.failover,
+                crash=not args.no_crash,
+                live=(not args.plain) and sys.stdout.isatty(),
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+        return asyncio.run(run_demo(settings))
+    if args.command == "leases":
+        from kclasync.lease_view import print_lease_table
+
+        options = ClientOptions(endpoint_url=args.endpoint_url, region_name=args.region)
+        return asyncio.run(print_lease_table(options, args.table or args.application))
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Support for tests, demos and simulations: local AWS emulators and helpers."""

@@ -1,0 +1,100 @@
+"""Local AWS emulators on 127.0.0.1: moto in this process (a thread) or in its own process.
+
+Owns: starting and stopping them and handing out matching ``ClientOptions``. Nothing here is used
+by the library's normal path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import attrs
+
+from kclasync.adapters.aws import ClientOptions
+
+REGION = "us-east-1"
+
+
+@attrs.frozen
+class LocalAws:
+    """An emulator's address, and client options that reach it with dummy credentials."""
+
+    endpoint_url: str
+    kinesis_endpoint_url: str | None = None
+
+    def client_options(self, **overrides: object) -> ClientOptions:
+        kwargs: dict[str, object] = {
+            "region_name": REGION,
+            "endpoint_url": self.endpoint_url,
+            "kinesis_endpoint_url": self.kinesis_endpoint_url,
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+        }
+        kwargs.update(overrides)
+        return ClientOptions(**kwargs)  # type: ignore[arg-type]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_http(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def embedded_moto() -> Iterator[LocalAws]:
+    """moto's server in a thread of this process, on a free 127.0.0.1 port."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield LocalAws(f"http://{host}:{port}")
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def moto_process(timeout: float = 30.0) -> Iterator[LocalAws]:
+    """moto's server in its own process (no GIL shared with the code under test)."""
+    port = free_port()
+    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable))
+    cmd = [exe] if exe else [sys.executable, "-m", "moto.server"]
+    proc = subprocess.Popen(
+        [*cmd, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/moto-api/", timeout)
+        yield LocalAws(f"http://127.0.0.1:{port}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
