@@ -122,8 +122,10 @@ class HandlerProcessor:
 
 def processor_factory(processor: object) -> ProcessorFactory:
     """Turn what the user passed as ``processor=`` into a per-shard factory."""
-    if inspect.iscoroutinefunction(processor):
-        handle = processor
+    call = type(processor).__dict__.get("__call__") if not isinstance(processor, type) else None
+    is_async_callable = call is not None and inspect.iscoroutinefunction(call)
+    if inspect.iscoroutinefunction(processor) or is_async_callable:
+        handle: Handler = processor  # type: ignore[assignment]
 
         def make_handler() -> RecordProcessor:
             return HandlerProcessor(handle)
