@@ -87,6 +87,16 @@ class LeaseCoordinator:
         self.taking_enabled = True
         self._reported_corrupt: set[str] = set()
         self.last_scan: tuple[Lease, ...] = ()
+        # Create the worker's series now, so a scrape shows zeros rather than nothing.
+        for family in (
+            metrics.renewals,
+            metrics.leases_lost,
+            metrics.takes,
+            metrics.steals,
+            metrics.released,
+        ):
+            family.labels(*self.labels)
+        self._update_gauge()
 
     def now(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
