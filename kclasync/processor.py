@@ -122,8 +122,11 @@ class HandlerProcessor:
 
 def processor_factory(processor: object) -> ProcessorFactory:
     """Turn what the user passed as ``processor=`` into a per-shard factory."""
-    call = type(processor).__dict__.get("__call__") if not isinstance(processor, type) else None
-    is_async_callable = call is not None and inspect.iscoroutinefunction(call)
+    is_async_callable = (
+        callable(processor)
+        and not isinstance(processor, type)
+        and inspect.iscoroutinefunction(processor.__call__)
+    )
     if inspect.iscoroutinefunction(processor) or is_async_callable:
         handle: Handler = processor  # type: ignore[assignment]
 
