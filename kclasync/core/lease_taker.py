@@ -30,7 +30,8 @@ class TakeView:
     now: float
     expiry: ExpiryTracker
     max_leases_for_worker: int | None = None
-    max_leases_to_steal: int = 1
+    #: Leases one worker may steal per round (None: no limit).
+    max_leases_to_steal: int | None = 1
     # Workers known to be alive (from a registry); None when there is no registry.
     live_workers: frozenset[str] | None = None
 
@@ -62,7 +63,10 @@ def is_assignable(lease: Lease, worker_id: str) -> bool:
 
 
 def is_stealable(lease: Lease) -> bool:
-    """Pinned (Sticky=10) and released (Sticky=20) leases are never stolen."""
+    """Pinned (Sticky=10) and released (Sticky=20) leases are never stolen, nor is a lease in
+    the middle of a graceful handoff (``checkpoint_owner`` set)."""
+    if lease.checkpoint_owner is not None:
+        return False
     return lease.sticky_mode not in (StickyMode.PINNED, StickyMode.RELEASE)
 
 
@@ -154,7 +158,8 @@ class Kcl2LeaseTaker:
             # (so that a fleet at target, target-1 ... does not churn).
             return []
         n = 1 if load <= target else min(needed, load - target)
-        n = min(n, view.max_leases_to_steal)
+        if view.max_leases_to_steal is not None:
+            n = min(n, view.max_leases_to_steal)
         candidates = [lease for lease in held if lease.owner == most_loaded and is_stealable(lease)]
         rng.shuffle(candidates)
         return candidates[:n]
