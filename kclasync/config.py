@@ -61,6 +61,18 @@ def _initial_position(value: Any) -> InitialPosition:
     raise ConfigError("initial_position", f"must be an InitialPosition or a string, got {value!r}")
 
 
+class LeaseTakerKind(str, enum.Enum):
+    BALANCED = "balanced"
+    KCL2 = "kcl2"
+
+
+def _taker_kind(value: Any) -> LeaseTakerKind:
+    try:
+        return LeaseTakerKind(value)
+    except ValueError:
+        raise ConfigError("lease_taker", "must be 'balanced' or 'kcl2'") from None
+
+
 def _error_policy(value: Any) -> ProcessorErrorPolicy:
     try:
         return ProcessorErrorPolicy(value)
@@ -83,8 +95,23 @@ class ConsumerConfig:
     )
     #: At most this many leases per worker (None: unlimited).
     max_leases_for_worker: int | None = attrs.field(default=None, validator=[_whole, _positive])
-    #: At most this many leases stolen in one taking round.
-    max_leases_to_steal: int = attrs.field(default=1, validator=[_whole, _positive])
+    #: How leases are spread: ``balanced`` (batch stealing over the worker registry: balanced in
+    #: one round, moves handed over gracefully) or ``kcl2`` (the Java KCL 2.x rules).
+    lease_taker: LeaseTakerKind = attrs.field(
+        default=LeaseTakerKind.BALANCED, converter=_taker_kind
+    )
+    #: At most this many leases stolen by one worker in one round (None: no limit; the Java
+    #: KCL's maxLeasesToStealAtOneTime is 1).
+    max_leases_to_steal: int | None = attrs.field(default=None, validator=[_whole, _positive])
+    #: Planned moves hand the lease over (the old owner finishes its batch and checkpoints
+    #: first) instead of cutting the old owner off.
+    graceful_handoff: bool = True
+    #: How long a new owner waits for the old one to finish a handoff before forcing it
+    #: (KCL gracefulLeaseHandoffTimeoutMillis).
+    handoff_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: A worker whose registry heartbeat stood still this long no longer counts as live
+    #: (None: the failover time).
+    worker_timeout: float | None = attrs.field(default=None, validator=_positive)
     #: How often the stream's shard list is compared with the lease table.
     shard_sync_interval: float = attrs.field(default=60.0, validator=_positive)
     #: How often a child shard's worker checks whether its parents are finished.
@@ -115,6 +142,24 @@ class ConsumerConfig:
     #: leases are taken within about 2 x failover (the Java KCL scans every 2 x (failover +
     #: epsilon), which can take up to 4 x failover; set that value to match it exactly).
     lease_taker_interval: float | None = attrs.field(default=None, validator=_positive)
+    #: Delete a lease at SHARD_END once every child lease exists and has started (see
+    #: ``kclasync.core.lease_cleanup``). Off: finished leases stay in the table.
+    cleanup_leases_upon_shard_completion: bool = attrs.field(default=True)
+    #: A finished lease is deleted no earlier than this long after it was first seen deletable.
+    lease_cleanup_delay: float = attrs.field(default=60.0, validator=_non_negative)
+    #: How often the leader looks for finished leases to delete.
+    lease_cleanup_interval: float = attrs.field(default=60.0, validator=_positive)
+    #: The leader lock's lease: another worker takes the lock over once it has seen it unchanged
+    #: for this long (KCL 3.x: 120 s).
+    leader_lock_duration: float = attrs.field(default=120.0, validator=_positive)
+    #: How often the lock is read, and renewed by its holder (KCL 3.x: 30 s).
+    leader_heartbeat_interval: float = attrs.field(default=30.0, validator=_positive)
+    #: How often the leader checks the hash-key space covered by leases for holes.
+    lease_audit_interval: float = attrs.field(default=120.0, validator=_positive)
+    #: Consecutive audits that must find a hole before the leader runs a shard sync.
+    lease_audit_threshold: int = attrs.field(default=3, validator=[_whole, _positive])
+    #: Multi-stream: a stream that left the list has its leases deleted after this long.
+    removed_stream_grace: float = attrs.field(default=3600.0, validator=_non_negative)
     #: Leases are unique per worker id; None picks ``host:pid:random``.
     worker_id: str | None = None
     #: Lease table name; None means the application name (as the KCL does).
@@ -129,6 +174,16 @@ class ConsumerConfig:
             raise ConfigError("epsilon", "must be well below failover_time / 3")
         if self.throttle_backoff > self.max_backoff:
             raise ConfigError("throttle_backoff", "must not exceed max_backoff")
+        if self.leader_heartbeat_interval >= self.leader_lock_duration:
+            raise ConfigError(
+                "leader_heartbeat_interval", "must be shorter than leader_lock_duration"
+            )
+        if not isinstance(self.cleanup_leases_upon_shard_completion, bool):
+            raise ConfigError("cleanup_leases_upon_shard_completion", "must be True or False")
+
+    @property
+    def effective_worker_timeout(self) -> float:
+        return self.worker_timeout if self.worker_timeout is not None else self.failover_time
 
     @property
     def renewer_interval(self) -> float:

@@ -14,7 +14,12 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kclasync.adapters import lease_codec as c
-from kclasync.adapters.protocols import LeaseScan, ThrottledError, TransientError
+from kclasync.adapters.protocols import (
+    LeaseScan,
+    ThrottledError,
+    TransientError,
+    WorkerHeartbeat,
+)
 from kclasync.core.lease import CorruptLeaseError, Lease
 from kclasync.core.position import Checkpoint
 
@@ -44,6 +49,20 @@ async def _mapped_errors(operation: str) -> AsyncIterator[None]:
         raise
     except (TimeoutError, BotoCoreError, OSError) as exc:
         raise TransientError(f"DynamoDB {operation} failed: {exc}") from exc
+
+
+def _worker(item: dict[str, Any]) -> WorkerHeartbeat | None:
+    """A registry entry, or None for a typed item of another kind (or a malformed one)."""
+    if item.get(c.ENTITY_TYPE, {}).get("S") != c.WORKER_ENTITY:
+        return None
+    key = item.get(c.LEASE_KEY, {}).get("S", "")
+    beat = item.get(c.HEARTBEAT, {}).get("N")
+    if not key.startswith(c.WORKER_KEY_PREFIX) or beat is None:
+        return None
+    try:
+        return WorkerHeartbeat(key[len(c.WORKER_KEY_PREFIX) :], int(beat))
+    except ValueError:
+        return None
 
 
 class DynamoLeaseStore:
@@ -123,19 +142,25 @@ class DynamoLeaseStore:
     async def list_leases(self) -> LeaseScan:
         leases: list[Lease] = []
         corrupt: list[CorruptLeaseError] = []
+        workers: list[WorkerHeartbeat] = []
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
         while True:
             async with _mapped_errors("Scan"):
                 self._count("scan")
                 resp = await self._client.scan(**kwargs)
             for item in resp.get("Items", []):
+                if not c.is_lease_item(item):
+                    worker = _worker(item)
+                    if worker is not None:
+                        workers.append(worker)
+                    continue
                 try:
                     leases.append(c.item_to_lease(item))
                 except CorruptLeaseError as exc:
                     corrupt.append(exc)
             last = resp.get("LastEvaluatedKey")
             if not last:
-                return LeaseScan(tuple(leases), tuple(corrupt))
+                return LeaseScan(tuple(leases), tuple(corrupt), tuple(workers))
             kwargs["ExclusiveStartKey"] = last
 
     async def get_lease(self, key: str) -> Lease | None:
@@ -238,16 +263,27 @@ class DynamoLeaseStore:
     async def checkpoint(
         self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
     ) -> Lease | None:
-        names = {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER}
-        values: dict[str, Any] = {
-            ":old": {"N": str(lease.counter)},
-            ":new": {"N": str(lease.counter + 1)},
-            ":owner": {"S": lease.owner or ""},
-        }
+        # DynamoDB rejects names the expressions do not use, so each mode names only its own.
+        names = {"#co": c.CHECKPOINT_OWNER}
+        values: dict[str, Any] = {}
+        if lease.checkpoint_owner is not None:
+            # Handoff: only the old owner named in checkpointOwner writes; counter untouched.
+            condition = "#co = :cowner"
+            values[":cowner"] = {"S": lease.checkpoint_owner}
+            counter_update = ""
+        else:
+            names |= {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER}
+            condition = "#c = :old AND #o = :owner AND attribute_not_exists(#co)"
+            values |= {
+                ":old": {"N": str(lease.counter)},
+                ":new": {"N": str(lease.counter + 1)},
+                ":owner": {"S": lease.owner or ""},
+            }
+            counter_update = "#c = :new, "
         if pending is not None:
             names |= {"#p": c.PENDING_CHECKPOINT, "#ps": c.PENDING_CHECKPOINT_SUBSEQ}
             values |= {":p": {"S": pending.value}, ":ps": {"N": str(pending.sub_sequence)}}
-            update = "SET #c = :new, #p = :p, #ps = :ps"
+            update = f"SET {counter_update}#p = :p, #ps = :ps"
         else:
             names |= {
                 "#cp": c.CHECKPOINT,
@@ -261,15 +297,67 @@ class DynamoLeaseStore:
                 ":cs": {"N": str(checkpoint.sub_sequence)},
                 ":zero": {"N": "0"},
             }
-            update = "SET #c = :new, #cp = :cp, #cs = :cs, #sw = :zero REMOVE #p, #ps"
+            update = f"SET {counter_update}#cp = :cp, #cs = :cs, #sw = :zero REMOVE #p, #ps"
         return await self._update(
             "checkpoint",
             lease.key,
             UpdateExpression=update,
-            ConditionExpression="#c = :old AND #o = :owner",
+            ConditionExpression=condition,
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
         )
+
+    async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
+        return await self._update(
+            "start_handoff",
+            lease.key,
+            UpdateExpression="SET #o = :new, #co = :old",
+            ConditionExpression="#o = :old AND attribute_not_exists(#co)",
+            ExpressionAttributeNames={"#o": c.LEASE_OWNER, "#co": c.CHECKPOINT_OWNER},
+            ExpressionAttributeValues={
+                ":old": {"S": lease.owner or ""},
+                ":new": {"S": new_owner},
+            },
+        )
+
+    async def finish_handoff(self, lease: Lease) -> Lease | None:
+        return await self._update(
+            "finish_handoff",
+            lease.key,
+            UpdateExpression="SET #c = #c + :one REMOVE #co",
+            ConditionExpression="#o = :new AND #co = :old",
+            ExpressionAttributeNames={
+                "#c": c.LEASE_COUNTER,
+                "#o": c.LEASE_OWNER,
+                "#co": c.CHECKPOINT_OWNER,
+            },
+            ExpressionAttributeValues={
+                ":new": {"S": lease.owner or ""},
+                ":old": {"S": lease.checkpoint_owner or ""},
+                ":one": {"N": "1"},
+            },
+        )
+
+    # -- worker registry ---------------------------------------------------------------------
+
+    async def heartbeat_worker(self, worker_id: str) -> None:
+        async with _mapped_errors("UpdateItem"):
+            self._count("heartbeat_worker")
+            await self._client.update_item(
+                TableName=self.table_name,
+                Key={c.LEASE_KEY: {"S": c.WORKER_KEY_PREFIX + worker_id}},
+                UpdateExpression="SET #e = :w ADD #h :one",
+                ExpressionAttributeNames={"#e": c.ENTITY_TYPE, "#h": c.HEARTBEAT},
+                ExpressionAttributeValues={":w": {"S": c.WORKER_ENTITY}, ":one": {"N": "1"}},
+            )
+
+    async def remove_worker(self, worker_id: str) -> None:
+        async with _mapped_errors("DeleteItem"):
+            self._count("remove_worker")
+            await self._client.delete_item(
+                TableName=self.table_name,
+                Key={c.LEASE_KEY: {"S": c.WORKER_KEY_PREFIX + worker_id}},
+            )
 
     async def delete_lease(self, lease: Lease) -> bool:
         try:
@@ -288,27 +376,64 @@ class DynamoLeaseStore:
             raise
         return True
 
+    async def update_child_shard_ids(
+        self, lease: Lease, child_shard_ids: frozenset[str]
+    ) -> Lease | None:
+        if not child_shard_ids:
+            raise ValueError("childShardIds must not be empty (DynamoDB has no empty sets)")
+        values: dict[str, Any] = {
+            ":old": {"N": str(lease.counter)},
+            ":new": {"N": str(lease.counter + 1)},
+            ":ch": {"SS": sorted(child_shard_ids)},
+        }
+        if lease.owner is None:  # the leader's backfill of an unowned finished lease
+            owner_condition = "attribute_not_exists(#o)"
+        else:
+            owner_condition = "#o = :owner"
+            values[":owner"] = {"S": lease.owner}
+        return await self._update(
+            "child_shards",
+            lease.key,
+            UpdateExpression="SET #c = :new, #ch = :ch",
+            ConditionExpression=f"#c = :old AND {owner_condition}",
+            ExpressionAttributeNames={
+                "#c": c.LEASE_COUNTER,
+                "#o": c.LEASE_OWNER,
+                "#ch": c.CHILD_SHARD_IDS,
+            },
+            ExpressionAttributeValues=values,
+        )
+
     # -- administration (CLI) --------------------------------------------------------------
 
-    async def set_sticky(self, key: str, value: int | None) -> None:
-        """Set or remove the externally managed ``Sticky`` attribute (workers never call this)."""
-        names = {"#st": c.STICKY, "#k": c.LEASE_KEY}
-        async with _mapped_errors("UpdateItem"):
-            self._count("set_sticky")
-            if value is None:
+    async def set_sticky(self, key: str, value: int | None, worker: str | None = None) -> None:
+        """Set ``Sticky`` (and ``stickyWorker``), or remove both with ``value=None``.
+
+        Administration only: workers never write these attributes. Raises ``KeyError`` for a
+        lease that does not exist.
+        """
+        names = {"#st": c.STICKY, "#sw": c.STICKY_WORKER, "#k": c.LEASE_KEY}
+        kwargs: dict[str, Any] = {}
+        if value is None:
+            update = "REMOVE #st, #sw"
+        elif worker is None:
+            update = "SET #st = :v REMOVE #sw"
+            kwargs["ExpressionAttributeValues"] = {":v": {"N": str(value)}}
+        else:
+            update = "SET #st = :v, #sw = :w"
+            kwargs["ExpressionAttributeValues"] = {":v": {"N": str(value)}, ":w": {"S": worker}}
+        try:
+            async with _mapped_errors("UpdateItem"):
+                self._count("set_sticky")
                 await self._client.update_item(
                     TableName=self.table_name,
                     Key={c.LEASE_KEY: {"S": key}},
-                    UpdateExpression="REMOVE #st",
+                    UpdateExpression=update,
                     ConditionExpression="attribute_exists(#k)",
                     ExpressionAttributeNames=names,
+                    **kwargs,
                 )
-            else:
-                await self._client.update_item(
-                    TableName=self.table_name,
-                    Key={c.LEASE_KEY: {"S": key}},
-                    UpdateExpression="SET #st = :v",
-                    ConditionExpression="attribute_exists(#k)",
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues={":v": {"N": str(value)}},
-                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                raise KeyError(f"no lease {key!r} in table {self.table_name}") from None
+            raise

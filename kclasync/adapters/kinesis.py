@@ -25,6 +25,7 @@ from kclasync.adapters.protocols import (
     TransientError,
 )
 from kclasync.core.shard import HashRange, Shard
+from kclasync.core.streams import StreamIdentity
 from kclasync.errors import StreamNotFoundError
 from kclasync.records import Record
 
@@ -83,6 +84,16 @@ class KinesisStreamClient:
 
     def _count(self, op: str) -> None:
         self.calls[op] = self.calls.get(op, 0) + 1
+
+    async def describe_stream(self, stream: str) -> StreamIdentity:
+        async with _mapped_errors("DescribeStreamSummary", stream):
+            self._count("describe_stream_summary")
+            resp = await self._client.describe_stream_summary(StreamName=stream)
+        summary = resp["StreamDescriptionSummary"]
+        # arn:aws:kinesis:<region>:<account>:stream/<name>
+        account = str(summary["StreamARN"]).split(":")[4]
+        created = summary["StreamCreationTimestamp"]
+        return StreamIdentity(account, str(summary["StreamName"]), int(created.timestamp()))
 
     async def list_shards(
         self, stream: str, shard_filter: ShardFilter | None = None

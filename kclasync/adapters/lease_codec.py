@@ -30,8 +30,20 @@ ENDING_HASH_KEY = "endingHashKey"
 THROUGHPUT_KBPS = "throughputKBps"
 CHECKPOINT_OWNER = "checkpointOwner"
 STICKY = "Sticky"
+STICKY_WORKER = "stickyWorker"
 
 OWNER_INDEX = "LeaseOwnerToLeaseKeyIndex"
+
+# Worker-registry entries live in the lease table as typed items (as KCL 3.5 keeps its other
+# entities there), so one scan reads leases and live workers together.
+ENTITY_TYPE = "entityType"
+WORKER_ENTITY = "WORKER"
+WORKER_KEY_PREFIX = "__worker__:"
+HEARTBEAT = "heartbeat"
+
+
+def is_lease_item(item: Item) -> bool:
+    return ENTITY_TYPE not in item
 
 
 def _get(item: Item, key: str, name: str, dtype: str, *, required: bool = False) -> Any:
@@ -135,7 +147,15 @@ def item_to_lease(item: Item) -> Lease:
         throughput_kbps=throughput,
         checkpoint_owner=_get(item, key, CHECKPOINT_OWNER, "S"),
         sticky=sticky,
+        sticky_worker=_sticky_worker(item),
     )
+
+
+def _sticky_worker(item: Item) -> str | None:
+    attr = item.get(STICKY_WORKER)
+    if isinstance(attr, dict) and isinstance(attr.get("S"), str) and attr["S"]:
+        return str(attr["S"])
+    return None  # absent or malformed: no named worker (the pin still holds)
 
 
 def lease_to_item(lease: Lease) -> Item:
@@ -165,4 +185,6 @@ def lease_to_item(lease: Lease) -> Item:
         item[CHECKPOINT_OWNER] = {"S": lease.checkpoint_owner}
     if isinstance(lease.sticky, int):
         item[STICKY] = {"N": str(lease.sticky)}
+    if lease.sticky_worker is not None:
+        item[STICKY_WORKER] = {"S": lease.sticky_worker}
     return item

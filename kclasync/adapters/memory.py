@@ -26,6 +26,7 @@ import attrs
 
 from kclasync.adapters.protocols import (
     ChildShard,
+    CoordinatorStateStore,
     ExpiredIteratorError,
     GetRecordsResult,
     IteratorType,
@@ -38,10 +39,13 @@ from kclasync.adapters.protocols import (
     StreamClient,
     ThrottledError,
     TransientError,
+    WorkerHeartbeat,
 )
+from kclasync.core.leader_lock import LockItem
 from kclasync.core.lease import CorruptLeaseError, Lease
 from kclasync.core.position import Checkpoint
 from kclasync.core.shard import MAX_HASH_KEY, HashRange, Shard
+from kclasync.core.streams import StreamIdentity
 from kclasync.errors import StreamNotFoundError
 from kclasync.records import Record
 
@@ -160,6 +164,8 @@ class MemoryLeaseTable:
         self.condition_failures: Counter[str] = Counter()
         #: Items returned by full scans (a scan costs capacity per item).
         self.items_scanned = 0
+        #: Worker registry: worker id -> heartbeat counter.
+        self.workers: dict[str, int] = {}
 
     def get(self, key: str) -> Lease | None:
         """The stored lease (no counting, no faults): for assertions and reports."""
@@ -231,8 +237,11 @@ class MemoryLeaseStore:
         def apply() -> LeaseScan:
             leases = tuple(self.table.leases[k] for k in sorted(self.table.leases))
             corrupt = tuple(self.table.corrupt[k] for k in sorted(self.table.corrupt))
-            self.table.items_scanned += len(leases) + len(corrupt)
-            return LeaseScan(leases, corrupt)
+            workers = tuple(
+                WorkerHeartbeat(w, beat) for w, beat in sorted(self.table.workers.items())
+            )
+            self.table.items_scanned += len(leases) + len(corrupt) + len(workers)
+            return LeaseScan(leases, corrupt, workers)
 
         return await self._read("list_leases", apply)
 
@@ -296,26 +305,36 @@ class MemoryLeaseStore:
     async def checkpoint(
         self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
     ) -> Lease | None:
-        """Conditional on the counter and on ``lease.owner`` being the checkpoint writer: the
-        owner, or during a graceful handoff the old owner named in ``checkpoint_owner`` (only it).
-        With ``pending`` set only the pending checkpoint (and the counter) is written and
-        ``checkpoint`` is ignored."""
+        """Fenced checkpoint write; see ``LeaseStore.checkpoint`` for the two modes.
+
+        Normal: counter and owner as in ``lease`` and no handoff under way; counter+1.
+        Handoff (``lease.checkpoint_owner`` set): only that old owner may write, conditional on
+        it still being the checkpoint owner; the counter is left alone (the new owner renews).
+        With ``pending`` set only the pending checkpoint is written."""
 
         def apply() -> Lease | None:
             stored = self._stored(lease.key)
-            if stored is None or stored.counter != lease.counter or lease.owner is None:
+            if stored is None:
                 return None
-            writer = stored.owner if stored.checkpoint_owner is None else stored.checkpoint_owner
-            if writer != lease.owner:
-                return None
+            if lease.checkpoint_owner is not None:
+                if stored.checkpoint_owner != lease.checkpoint_owner:
+                    return None
+                counter = stored.counter
+            else:
+                if (
+                    lease.owner is None
+                    or stored.counter != lease.counter
+                    or stored.owner != lease.owner
+                    or stored.checkpoint_owner is not None
+                ):
+                    return None
+                counter = stored.counter + 1
             if pending is not None:
-                updated = attrs.evolve(
-                    stored, counter=stored.counter + 1, pending_checkpoint=pending
-                )
+                updated = attrs.evolve(stored, counter=counter, pending_checkpoint=pending)
             else:
                 updated = attrs.evolve(
                     stored,
-                    counter=stored.counter + 1,
+                    counter=counter,
                     checkpoint=checkpoint,
                     pending_checkpoint=None,
                     owner_switches_since_checkpoint=0,
@@ -333,6 +352,39 @@ class MemoryLeaseStore:
             return True
 
         return await self._write("delete_lease", apply)
+
+    async def update_child_shard_ids(
+        self, lease: Lease, child_shard_ids: frozenset[str]
+    ) -> Lease | None:
+        """Conditional on counter and owner (None: no owner), as ``DynamoLeaseStore``'s."""
+        if not child_shard_ids:
+            raise ValueError("childShardIds must not be empty (DynamoDB has no empty sets)")
+
+        def apply() -> Lease | None:
+            stored = self._stored(lease.key)
+            if stored is None or stored.counter != lease.counter or stored.owner != lease.owner:
+                return None
+            return self._store(
+                attrs.evolve(
+                    stored, counter=stored.counter + 1, child_shard_ids=frozenset(child_shard_ids)
+                )
+            )
+
+        return await self._write("update_child_shard_ids", apply)
+
+    # -- worker registry ---------------------------------------------------------------------
+
+    async def heartbeat_worker(self, worker_id: str) -> None:
+        def apply() -> None:
+            self.table.workers[worker_id] = self.table.workers.get(worker_id, 0) + 1
+
+        await self._write("heartbeat_worker", apply)
+
+    async def remove_worker(self, worker_id: str) -> None:
+        def apply() -> None:
+            self.table.workers.pop(worker_id, None)
+
+        await self._write("remove_worker", apply)
 
     # -- graceful handoff (KCL 3.x) ----------------------------------------------------------
 
@@ -400,6 +452,8 @@ class MemoryLeaseStore:
 # Streams
 
 DEFAULT_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
+#: The account id in-memory streams report (``describe_stream``), as kinesis-local's default.
+MEMORY_ACCOUNT_ID = "000000000000"
 DEFAULT_ITERATOR_TTL = 300.0
 MAX_GET_RECORDS_LIMIT = 10_000
 _FIRST_SEQUENCE = 10**20  # 21-digit sequence numbers: string order matches numeric order
@@ -451,6 +505,7 @@ class MemoryStream:
         self._shards: dict[str, _ShardState] = {}
         self._next_sequence = _FIRST_SEQUENCE
         self._next_shard_number = 0
+        self._open_cache: tuple[list[int], list[_ShardState]] | None = None
         width = (MAX_HASH_KEY + 1) // shard_count
         for i in range(shard_count):
             end = MAX_HASH_KEY if i == shard_count - 1 else (i + 1) * width - 1
@@ -469,6 +524,7 @@ class MemoryStream:
         stream.name = name
         stream.epoch = _aware(epoch)
         stream._shards = {}
+        stream._open_cache = None
         top_sequence = _FIRST_SEQUENCE - 1
         top_number = -1
         for shard in shards:
@@ -500,6 +556,31 @@ class MemoryStream:
 
     def shard(self, shard_id: str) -> Shard:
         return self._state(shard_id).shard
+
+    def record_count(self, shard_id: str) -> int:
+        return len(self._state(shard_id).records)
+
+    def record_index(self, shard_id: str, sequence_number: str) -> int:
+        """The position of a record in its shard (0 = first), found by sequence number."""
+        state = self._state(shard_id)
+        index = bisect.bisect_left(state.sequences, int(sequence_number))
+        if index == len(state.sequences) or state.sequences[index] != int(sequence_number):
+            raise KeyError(f"shard {shard_id} has no record {sequence_number}")
+        return index
+
+    def _open_shard_for(self, hash_key: int) -> _ShardState:
+        """The open shard whose hash range holds ``hash_key`` (bisect over a cached index)."""
+        if self._open_cache is None:
+            ordered = sorted(
+                (s for s in self._shards.values() if s.shard.is_open),
+                key=lambda s: s.shard.hash_range.start,
+            )
+            self._open_cache = ([s.shard.hash_range.start for s in ordered], ordered)
+        starts, states = self._open_cache
+        index = bisect.bisect_right(starts, hash_key) - 1
+        if index >= 0 and hash_key <= states[index].shard.hash_range.end:
+            return states[index]
+        raise ValueError(f"no open shard of {self.name!r} covers hash key {hash_key}")
 
     def records(self, shard_id: str) -> list[Record]:
         """Every record stored in a shard (for assertions)."""
@@ -535,6 +616,7 @@ class MemoryStream:
     ) -> str:
         shard_id = _shard_name(self._next_shard_number)
         self._next_shard_number += 1
+        self._open_cache = None
         shard = Shard(
             shard_id,
             parent_shard_id=parents[0] if parents else None,
@@ -548,6 +630,7 @@ class MemoryStream:
     def _close(self, states: Iterable[_ShardState], now: float) -> None:
         ending = str(self._next_sequence)
         self._next_sequence += 1
+        self._open_cache = None
         for state in states:
             state.shard = attrs.evolve(state.shard, ending_sequence=ending)
             state.closed_at = now
@@ -564,12 +647,7 @@ class MemoryStream:
             hash_key = int(explicit_hash_key)
             if not 0 <= hash_key <= MAX_HASH_KEY:
                 raise ValueError(f"explicit hash key {explicit_hash_key} is out of range")
-        for state in self._shards.values():
-            rng = state.shard.hash_range
-            if state.shard.is_open and rng.start <= hash_key <= rng.end:
-                break
-        else:
-            raise ValueError(f"no open shard of {self.name!r} covers hash key {hash_key}")
+        state = self._open_shard_for(hash_key)
         now = _loop_time()
         sequence = self._next_sequence
         self._next_sequence += 1
@@ -770,6 +848,15 @@ class MemoryStreamClient:
             raise ShardNotFoundError(f"stream {stream!r} does not exist (shard {shard_id})")
         return found
 
+    async def describe_stream(self, stream: str) -> StreamIdentity:
+        self.reads["describe_stream"] += 1
+
+        def apply() -> StreamIdentity:
+            found = self.stream(stream)
+            return StreamIdentity(MEMORY_ACCOUNT_ID, found.name, int(found.epoch.timestamp()))
+
+        return await _with_faults(self.faults, "describe_stream", apply)
+
     async def list_shards(
         self, stream: str, shard_filter: ShardFilter | None = None
     ) -> list[Shard]:
@@ -833,6 +920,72 @@ class MemoryStreamClient:
         return await _with_faults(self.faults, "get_records", apply)
 
 
+# ---------------------------------------------------------------------------------------------
+# Coordinator state (leader lock)
+
+
+class MemoryCoordinatorState:
+    """``CoordinatorStateStore`` over a dict shared by the simulated workers; conditional writes
+    as ``DynamoCoordinatorState``'s. Each call is atomic; faults as for ``MemoryLeaseStore``
+    (operation names ``get_lock``, ``create_lock``, ``replace_lock``, ``release_lock``)."""
+
+    def __init__(
+        self, items: dict[str, LockItem] | None = None, *, faults: FaultPlan | None = None
+    ) -> None:
+        self.items: dict[str, LockItem] = items if items is not None else {}
+        self.faults = faults
+        self.calls: Counter[str] = Counter()
+
+    def shared(self, *, faults: FaultPlan | None = None) -> MemoryCoordinatorState:
+        """Another worker's view of the same items."""
+        return MemoryCoordinatorState(self.items, faults=faults)
+
+    async def _call(self, op: str, apply: Callable[[], _T]) -> _T:
+        self.calls[op] += 1
+        return await _with_faults(self.faults, op, apply)
+
+    async def ensure_table(self) -> None:
+        await self._call("ensure_table", lambda: None)
+
+    async def get_lock(self, key: str) -> LockItem | None:
+        return await self._call("get_lock", lambda: self.items.get(key))
+
+    async def create_lock(
+        self, key: str, owner: str, lease_duration: float, version: str
+    ) -> LockItem | None:
+        def apply() -> LockItem | None:
+            if key in self.items:
+                return None
+            self.items[key] = LockItem(owner, version, lease_duration)
+            return self.items[key]
+
+        return await self._call("create_lock", apply)
+
+    async def replace_lock(
+        self, key: str, expected_version: str, owner: str, lease_duration: float, version: str
+    ) -> LockItem | None:
+        def apply() -> LockItem | None:
+            stored = self.items.get(key)
+            if stored is None or stored.record_version != expected_version:
+                return None
+            self.items[key] = LockItem(owner, version, lease_duration)
+            return self.items[key]
+
+        return await self._call("replace_lock", apply)
+
+    async def release_lock(self, key: str, expected_version: str, owner: str, version: str) -> bool:
+        def apply() -> bool:
+            stored = self.items.get(key)
+            if stored is None or stored.record_version != expected_version:
+                return False
+            if stored.owner != owner:
+                return False
+            self.items[key] = attrs.evolve(stored, record_version=version, released=True)
+            return True
+
+        return await self._call("release_lock", apply)
+
+
 def _aware(when: datetime) -> datetime:
     """Naive datetimes are taken as UTC."""
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
@@ -845,13 +998,18 @@ if TYPE_CHECKING:
     ) -> tuple[LeaseStore, StreamClient]:
         return MemoryLeaseStore(table), client
 
+    def _conforms_lock(state: MemoryCoordinatorState) -> CoordinatorStateStore:
+        return state
+
 
 __all__ = [
     "DEFAULT_EPOCH",
     "DEFAULT_ITERATOR_TTL",
+    "MEMORY_ACCOUNT_ID",
     "NO_FAULTS",
     "FaultPlan",
     "Latency",
+    "MemoryCoordinatorState",
     "MemoryLeaseStore",
     "MemoryLeaseTable",
     "MemoryStream",

@@ -15,9 +15,11 @@ from typing import Protocol
 
 import attrs
 
+from kclasync.core.leader_lock import LockItem
 from kclasync.core.lease import CorruptLeaseError, Lease
 from kclasync.core.position import Checkpoint
 from kclasync.core.shard import HashRange, Shard
+from kclasync.core.streams import StreamIdentity
 from kclasync.errors import KclAsyncError
 from kclasync.records import Record
 
@@ -50,11 +52,22 @@ class TransientError(AdapterError):
 
 
 @attrs.frozen
+class WorkerHeartbeat:
+    """A worker-registry entry: liveness is judged from changes of ``heartbeat`` on the
+    reader's own clock, exactly like lease expiry."""
+
+    worker_id: str
+    heartbeat: int
+
+
+@attrs.frozen
 class LeaseScan:
-    """A full read of the lease table: parseable leases and items that are not."""
+    """A full read of the lease table: parseable leases, items that are not, and the worker
+    registry entries kept in the same table."""
 
     leases: tuple[Lease, ...]
     corrupt: tuple[CorruptLeaseError, ...] = ()
+    workers: tuple[WorkerHeartbeat, ...] = ()
 
 
 class LeaseStore(Protocol):
@@ -88,12 +101,67 @@ class LeaseStore(Protocol):
     async def checkpoint(
         self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
     ) -> Lease | None:
-        """Write the checkpoint (and clear the pending one, reset ownerSwitches), counter+1;
-        conditional on counter and owner. With ``pending`` set and ``checkpoint`` unchanged,
-        only the pending checkpoint is written."""
+        """Write the checkpoint, clear the pending one and reset ownerSwitches.
+
+        Normal mode (``lease.checkpoint_owner`` is None): conditional on counter and owner as in
+        ``lease`` and on no handoff being under way; counter+1.
+        Handoff mode (``lease.checkpoint_owner`` set, the caller being that old owner):
+        conditional only on ``checkpointOwner`` still naming it; the counter is not changed,
+        because the new owner renews the lease meanwhile.
+        With ``pending`` given, only the pending checkpoint is written (``checkpoint`` ignored).
+        """
+
+    async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
+        """A planned move: leaseOwner = ``new_owner``, checkpointOwner = the old owner; counter
+        unchanged. Conditional on ``lease.owner`` still owning it and no handoff under way."""
+
+    async def finish_handoff(self, lease: Lease) -> Lease | None:
+        """The old owner is done: remove checkpointOwner, counter+1. Conditional on owner and
+        checkpointOwner being as in ``lease``."""
+
+    async def heartbeat_worker(self, worker_id: str) -> None:
+        """Bump this worker's heartbeat in the worker registry (creating its entry)."""
+
+    async def remove_worker(self, worker_id: str) -> None:
+        """Remove this worker from the registry (on a graceful stop)."""
 
     async def delete_lease(self, lease: Lease) -> bool:
         """Delete, conditional on the counter being unchanged."""
+
+    async def update_child_shard_ids(
+        self, lease: Lease, child_shard_ids: frozenset[str]
+    ) -> Lease | None:
+        """Write ``childShardIds`` (at SHARD_END), counter+1; conditional on counter and owner
+        being as in ``lease`` (an owner of None: the item has no owner), like a checkpoint."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Coordinator state (the leader lock)
+
+
+class CoordinatorStateStore(Protocol):
+    """The ``<app>-CoordinatorState`` table: lock items keyed by name (the leader's is
+    ``"Leader"``). Every write is conditional; ``version`` is the new record version number.
+    Conditional methods return the item as written, or None when the condition failed."""
+
+    async def ensure_table(self) -> None: ...
+
+    async def get_lock(self, key: str) -> LockItem | None:
+        """Read strongly; None when there is no item."""
+
+    async def create_lock(
+        self, key: str, owner: str, lease_duration: float, version: str
+    ) -> LockItem | None:
+        """Create the item, conditional on it not existing."""
+
+    async def replace_lock(
+        self, key: str, expected_version: str, owner: str, lease_duration: float, version: str
+    ) -> LockItem | None:
+        """Take over or heartbeat: write owner, duration and ``version`` (not released),
+        conditional on the record version being ``expected_version``."""
+
+    async def release_lock(self, key: str, expected_version: str, owner: str, version: str) -> bool:
+        """Mark released, conditional on ``expected_version`` and ``owner``."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +225,9 @@ class ShardFilter:
 
 
 class StreamClient(Protocol):
+    async def describe_stream(self, stream: str) -> StreamIdentity:
+        """Account, name and creation epoch (DescribeStreamSummary); for multi-stream keys."""
+
     async def list_shards(
         self, stream: str, shard_filter: ShardFilter | None = None
     ) -> list[Shard]:

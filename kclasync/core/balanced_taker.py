@@ -141,8 +141,20 @@ class BalancedLeaseTaker:
             if is_assignable(lease, view.worker_id):
                 held[owner].append(lease)
         available: list[Lease] = []
+        # Pinned leases that name a worker (stickyWorker) go to that worker, if it is live.
+        named: dict[str, list[Lease]] = {}
         for lease in lapsed:
             if not is_assignable(lease, view.worker_id):
+                continue
+            if lease.sticky_mode is StickyMode.PINNED and lease.sticky_worker is not None:
+                if lease.sticky_worker in held and (
+                    lease.owner is None
+                    or lease.owner == lease.sticky_worker
+                    or self.take_expired_pinned
+                ):
+                    named.setdefault(lease.sticky_worker, []).append(lease)
+                elif lease.owner is not None and lease.owner in held:
+                    held[lease.owner].append(lease)
                 continue
             if (
                 lease.owner is not None
@@ -156,6 +168,8 @@ class BalancedLeaseTaker:
             else:
                 available.append(lease)
 
+        for worker, leases in named.items():
+            held[worker].extend(leases)
         loads = {worker: len(leases) for worker, leases in held.items()}
         pinned = {
             worker: sum(1 for lease in leases if not is_stealable(lease))
@@ -168,6 +182,8 @@ class BalancedLeaseTaker:
         takes = _hand_out(sorted(available, key=_lease_order), need, budget=None)
         budget = view.max_leases_to_steal if self.steal_budget is FROM_VIEW else self.steal_budget
         steals = _hand_out(_steal_order(held, loads, targets), need, budget=budget)
+        for worker, leases in named.items():
+            takes.setdefault(worker, []).extend(leases)
         return FleetPlan(
             live_workers=tuple(sorted(live)),
             pool=pool,

@@ -56,6 +56,8 @@ class Lease:
     checkpoint_owner: str | None = None
     # The raw ``Sticky`` number, or a string describing a malformed value.
     sticky: int | str | None = None
+    #: With Sticky=10: the worker the lease is pinned to (``stickyWorker``), if any.
+    sticky_worker: str | None = None
 
     @property
     def shard_id(self) -> str:

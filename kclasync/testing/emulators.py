@@ -1,4 +1,5 @@
-"""Local AWS emulators on 127.0.0.1: moto in this process (a thread) or in its own process.
+"""Local AWS emulators on 127.0.0.1: moto in this process (a thread) or in its own process, and
+kinesis-local (the npm build of kinesis-mock) for what moto cannot do, such as resharding.
 
 Owns: starting and stopping them and handing out matching ``ClientOptions``. Nothing here is used
 by the library's normal path.
@@ -95,6 +96,85 @@ def moto_process(timeout: float = 30.0) -> Iterator[LocalAws]:
         proc.terminate()
         try:
             proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+KINESIS_LOCAL_SCRIPT = os.path.join("node_modules", "kinesis-local", "main.js")
+
+
+def find_kinesis_local(start: str | None = None) -> str | None:
+    """``node_modules/kinesis-local/main.js`` in ``start`` (default: the working directory) or
+    the nearest parent directory that has it; None when ``npm ci`` has not installed it."""
+    here = os.path.abspath(start or os.getcwd())
+    while True:
+        candidate = os.path.join(here, KINESIS_LOCAL_SCRIPT)
+        if os.path.isfile(candidate):
+            return candidate
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+@contextlib.contextmanager
+def kinesis_local(
+    dynamodb: LocalAws,
+    *,
+    script: str | None = None,
+    timeout: float = 30.0,
+    durations: str = "100ms",
+    grace: float = 0.5,
+) -> Iterator[LocalAws]:
+    """kinesis-local on free 127.0.0.1 ports, paired with ``dynamodb``'s endpoint (e.g. moto).
+
+    ``durations`` sets how long stream creation and resharding stay in progress (the
+    emulator's default is 500ms). kinesis-local ignores SIGTERM for a while, so it is stopped
+    with SIGTERM and, after ``grace`` seconds, SIGKILL.
+    """
+    path = script or find_kinesis_local()
+    if path is None:
+        raise FileNotFoundError(
+            "node_modules/kinesis-local/main.js not found: run `npm ci` at the repository root"
+        )
+    node = shutil.which("node")
+    if node is None:
+        raise FileNotFoundError("node is not installed (kinesis-local needs Node.js)")
+    plain, tls = free_port(), free_port()
+    env = {
+        **os.environ,
+        "KINESIS_MOCK_PLAIN_PORT": str(plain),
+        "KINESIS_MOCK_TLS_PORT": str(tls),
+        "SHOULD_PERSIST_DATA": "false",
+        "LOAD_DATA_IF_EXISTS": "false",
+        "LOG_LEVEL": "WARN",
+        # Relative paths resolve against the working directory; the certificate ships with it.
+        "KINESIS_MOCK_CERT_PATH": os.path.join(os.path.dirname(path), "server.json"),
+    }
+    for name in (
+        "CREATE_STREAM_DURATION",
+        "DELETE_STREAM_DURATION",
+        "SPLIT_SHARD_DURATION",
+        "MERGE_SHARDS_DURATION",
+        "UPDATE_SHARD_COUNT_DURATION",
+    ):
+        env[name] = durations
+    proc = subprocess.Popen(
+        [node, path],
+        env=env,
+        cwd=os.path.dirname(path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        # Any HTTP answer (kinesis-local says 4xx to a bare GET) means it is listening.
+        _wait_http(f"http://127.0.0.1:{plain}/", timeout)
+        yield attrs.evolve(dynamodb, kinesis_endpoint_url=f"http://127.0.0.1:{plain}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(grace)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
