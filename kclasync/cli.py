@@ -19,6 +19,20 @@ def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("--region", help="AWS region")
 
 
+def _sticky_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "sticky",
+        help="pin a lease (Sticky=10), release it (20: nobody takes it), or unpin it",
+    )
+    p.add_argument("action", choices=["pin", "release", "unpin"])
+    p.add_argument("lease", help="lease key (the shard id, in single-stream mode)")
+    p.add_argument("--application", "-a", required=True, help="application (lease table) name")
+    p.add_argument("--worker", help="with pin: the worker the lease is pinned to")
+    p.add_argument("--table", help="lease table name, if not the application name")
+    p.add_argument("--endpoint-url", help="DynamoDB endpoint (for local emulators)")
+    p.add_argument("--region", help="AWS region")
+
+
 def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
@@ -40,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _demo_parser(sub)
     _leases_parser(sub)
+    _sticky_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from kclasync.demo import DemoSettings, run_demo
@@ -69,6 +84,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         options = ClientOptions(endpoint_url=args.endpoint_url, region_name=args.region)
         return asyncio.run(print_lease_table(options, args.table or args.application))
+    if args.command == "sticky":
+        if args.worker and args.action != "pin":
+            parser.error("--worker goes with pin")
+        from kclasync.lease_view import set_sticky
+
+        options = ClientOptions(endpoint_url=args.endpoint_url, region_name=args.region)
+        value = {"pin": 10, "release": 20, "unpin": None}[args.action]
+        return asyncio.run(
+            set_sticky(options, args.table or args.application, args.lease, value, args.worker)
+        )
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -58,3 +58,20 @@ async def print_lease_table(options: ClientOptions, table: str) -> int:
     print("\n".join(render_scan(scan)))
     print(f"{len(scan.leases)} leases, {len(scan.corrupt)} corrupt")
     return 0
+
+
+async def set_sticky(
+    options: ClientOptions, table: str, key: str, value: int | None, worker: str | None
+) -> int:
+    from kclasync.adapters.dynamodb import DynamoLeaseStore
+
+    async with options.create_client("dynamodb") as client:
+        store = DynamoLeaseStore(client, table)
+        try:
+            await store.set_sticky(key, value, worker)
+        except KeyError as exc:
+            print(exc.args[0], file=sys.stderr)
+            return 1
+    what = {None: "unpinned (normal)", 10: "pinned (Sticky=10)", 20: "released (Sticky=20)"}
+    print(f"{key}: {what[value]}" + (f" to {worker}" if worker else ""))
+    return 0

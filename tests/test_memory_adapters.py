@@ -289,12 +289,21 @@ async def test_handoff_round_trip(store: MemoryLeaseStore) -> None:
     lease = await owned(store, "old")
     started = await store.start_handoff(lease, "new")
     assert started == attrs.evolve(lease, owner="new", checkpoint_owner="old")  # counter unchanged
-    # The old owner may still checkpoint; the new one may not yet.
-    assert await store.checkpoint(attrs.evolve(started, owner="new"), Checkpoint("5")) is None
-    old_cp = await store.checkpoint(lease, Checkpoint("5"))
+    # The new owner may not checkpoint yet (a normal-mode write during a handoff is refused).
+    assert (
+        await store.checkpoint(attrs.evolve(started, checkpoint_owner=None), Checkpoint("5"))
+        is None
+    )
+    # The old owner checkpoints in handoff mode, fenced by checkpointOwner; counter untouched.
+    old_cp = await store.checkpoint(started, Checkpoint("5"))
     assert old_cp is not None
     assert old_cp.checkpoint == Checkpoint("5")
+    assert old_cp.counter == started.counter
     assert old_cp.owner == "new" and old_cp.checkpoint_owner == "old"
+    # Another worker cannot pose as the checkpoint owner.
+    assert (
+        await store.checkpoint(attrs.evolve(started, checkpoint_owner="x"), Checkpoint("5")) is None
+    )
     # The old owner can no longer renew or release.
     assert await store.renew_lease(attrs.evolve(old_cp, owner="old")) is None
     assert await store.release_lease(lease) is None
@@ -302,7 +311,7 @@ async def test_handoff_round_trip(store: MemoryLeaseStore) -> None:
     assert finished is not None
     assert finished.counter == old_cp.counter + 1
     assert finished.owner == "new" and finished.checkpoint_owner is None
-    assert await store.checkpoint(lease, Checkpoint("6")) is None
+    assert await store.checkpoint(started, Checkpoint("6")) is None  # the handoff is over
     assert await store.checkpoint(finished, Checkpoint("6")) is not None
 
 
