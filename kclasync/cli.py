@@ -63,8 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             level=logging.INFO if args.verbose else logging.ERROR,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
-        # The embedded emulator's request log is noise here.
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        # The embedded emulator's request log and its internal errors (it occasionally answers
+        # 500 under concurrent use; the workers retry) are noise here.
+        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
         try:
             settings = DemoSettings(
                 shards=args.shards,

@@ -140,8 +140,8 @@ async def run_demo(settings: DemoSettings, out: TextIO | None = None) -> int:
     say(f"  records consumed      {result.consumed:>10,}  (distinct)")
     say(f"  deliveries            {result.deliveries:>10,}")
     say(
-        f"  duplicates            {result.duplicates:>10,}  (at-least-once: re-reads after the "
-        "crash or a lease steal)"
+        f"  duplicates            {result.duplicates:>10,}  (at-least-once: records the crashed "
+        "worker processed but had not checkpointed)"
     )
     say(f"  lost                  {result.lost:>10,}")
     if result.malformed:
