@@ -1,0 +1,82 @@
+"""The worker registry: idle workers count, dead ones drop out after the worker timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kclasync import Consumer, ConsumerConfig
+from kclasync.adapters.memory import (
+    MemoryCoordinatorState,
+    MemoryLeaseStore,
+    MemoryLeaseTable,
+    MemoryStreamClient,
+)
+from tests.support import wait_until
+
+pytestmark = pytest.mark.asyncio
+
+
+def worker(
+    name: str,
+    table: MemoryLeaseTable,
+    client: MemoryStreamClient,
+    state: MemoryCoordinatorState,
+    **config: object,
+) -> Consumer:
+    async def handle(records: object) -> None:
+        return None
+
+    settings: dict[str, object] = {
+        "failover_time": 0.6,
+        "initial_position": "TRIM_HORIZON",
+        "worker_id": name,
+        "idle_time_between_reads": 0.05,
+        **config,
+    }
+    return Consumer(
+        stream_name="s",
+        application_name="app",
+        processor=handle,
+        config=ConsumerConfig(**settings),  # type: ignore[arg-type]
+        lease_store=MemoryLeaseStore(table),
+        stream_client=client,
+        coordinator_state=state,
+        registry=CollectorRegistry(),
+        rng=random.Random(name),
+    )
+
+
+async def test_idle_workers_count_and_dead_ones_drop_out() -> None:
+    table, client, state = MemoryLeaseTable(), MemoryStreamClient(), MemoryCoordinatorState()
+    client.create_stream("s", 1)  # one lease for three workers: two of them stay idle
+    workers = {n: worker(n, table, client, state, worker_timeout=0.8) for n in "abc"}
+    tasks = {n: asyncio.create_task(w.run()) for n, w in workers.items()}
+    try:
+        await wait_until(
+            lambda: all(
+                w._coordinator and w.coordinator.live_workers == {"a", "b", "c"}
+                for w in workers.values()
+            ),
+            10,
+            "every worker to see the two idle ones",
+        )
+        assert sum(len(w.held_leases) for w in workers.values()) == 1
+        tasks.pop("c").cancel()  # a crash: its registry entry stays but stops changing
+        loop = asyncio.get_running_loop()
+        crashed = loop.time()
+        await wait_until(
+            lambda: workers["a"].coordinator.live_workers == {"a", "b"}, 10, "c to drop out"
+        )
+        assert loop.time() - crashed >= 0.8 - 0.1  # not before the worker timeout
+        assert "c" in table.workers  # dropped by judgement, not by deletion
+        await workers["b"].stop()
+        await tasks.pop("b")
+        assert "b" not in table.workers  # a graceful stop deregisters
+    finally:
+        for w in workers.values():
+            await w.stop()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
