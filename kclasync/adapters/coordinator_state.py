@@ -13,13 +13,11 @@ matches where the KCL 3.x looks for its leader.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kclasync.adapters.dynamodb import _code, _mapped_errors
-from kclasync.adapters.protocols import TransientError
+from kclasync.adapters.dynamodb import _code, _mapped_errors, ensure_table
 from kclasync.core.leader_lock import LockItem
 
 KEY = "key"
@@ -55,35 +53,14 @@ class DynamoCoordinatorState:
         self.calls[op] = self.calls.get(op, 0) + 1
 
     async def ensure_table(self, timeout: float = 60.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        try:
-            async with _mapped_errors("DescribeTable"):
-                desc = await self._client.describe_table(TableName=self.table_name)
-            status = desc["Table"]["TableStatus"]
-        except ClientError as exc:
-            if _code(exc) != "ResourceNotFoundException":
-                raise
-            try:
-                async with _mapped_errors("CreateTable"):
-                    resp = await self._client.create_table(
-                        TableName=self.table_name,
-                        BillingMode="PAY_PER_REQUEST",
-                        AttributeDefinitions=[{"AttributeName": KEY, "AttributeType": "S"}],
-                        KeySchema=[{"AttributeName": KEY, "KeyType": "HASH"}],
-                    )
-                status = resp["TableDescription"]["TableStatus"]
-            except ClientError as exc2:
-                if _code(exc2) != "ResourceInUseException":
-                    raise
-                status = "CREATING"
-        while status != "ACTIVE":
-            if loop.time() > deadline:
-                raise TransientError(f"table {self.table_name} not ACTIVE after {timeout}s")
-            await asyncio.sleep(0.2)
-            async with _mapped_errors("DescribeTable"):
-                desc = await self._client.describe_table(TableName=self.table_name)
-            status = desc["Table"]["TableStatus"]
+        await ensure_table(
+            self._client,
+            TableName=self.table_name,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[{"AttributeName": KEY, "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": KEY, "KeyType": "HASH"}],
+            timeout=timeout,
+        )
 
     async def get_lock(self, key: str) -> LockItem | None:
         async with _mapped_errors("GetItem"):

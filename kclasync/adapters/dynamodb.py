@@ -65,6 +65,33 @@ def _worker(item: dict[str, Any]) -> WorkerHeartbeat | None:
         return None
 
 
+async def ensure_table(client: Any, *, timeout: float = 60.0, **create: Any) -> None:
+    """Create a table (``create`` = CreateTable's arguments) unless it exists, then wait until
+    it is ACTIVE. A table another worker is creating at the same moment is waited for."""
+    name = create["TableName"]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        async with _mapped_errors("DescribeTable"):
+            status = (await client.describe_table(TableName=name))["Table"]["TableStatus"]
+    except ClientError as exc:
+        if _code(exc) != "ResourceNotFoundException":
+            raise
+        try:
+            async with _mapped_errors("CreateTable"):
+                status = (await client.create_table(**create))["TableDescription"]["TableStatus"]
+        except ClientError as exc2:
+            if _code(exc2) != "ResourceInUseException":
+                raise
+            status = "CREATING"
+    while status != "ACTIVE":
+        if loop.time() > deadline:
+            raise TransientError(f"table {name} not ACTIVE after {timeout}s")
+        await asyncio.sleep(0.2)
+        async with _mapped_errors("DescribeTable"):
+            status = (await client.describe_table(TableName=name))["Table"]["TableStatus"]
+
+
 class DynamoLeaseStore:
     """``LeaseStore`` over a DynamoDB table, using a low-level aiobotocore DynamoDB client."""
 
@@ -80,54 +107,28 @@ class DynamoLeaseStore:
     # -- table -----------------------------------------------------------------------------
 
     async def ensure_table(self, timeout: float = 60.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        try:
-            async with _mapped_errors("DescribeTable"):
-                self._count("describe_table")
-                desc = await self._client.describe_table(TableName=self.table_name)
-            status = desc["Table"]["TableStatus"]
-        except ClientError as exc:
-            if _code(exc) != "ResourceNotFoundException":
-                raise
-            status = await self._create_table()
-        while status != "ACTIVE":
-            if loop.time() > deadline:
-                raise TransientError(f"lease table {self.table_name} not ACTIVE after {timeout}s")
-            await asyncio.sleep(0.2)
-            async with _mapped_errors("DescribeTable"):
-                self._count("describe_table")
-                desc = await self._client.describe_table(TableName=self.table_name)
-            status = desc["Table"]["TableStatus"]
-
-    async def _create_table(self) -> str:
-        try:
-            async with _mapped_errors("CreateTable"):
-                self._count("create_table")
-                resp = await self._client.create_table(
-                    TableName=self.table_name,
-                    BillingMode="PAY_PER_REQUEST",
-                    AttributeDefinitions=[
-                        {"AttributeName": c.LEASE_KEY, "AttributeType": "S"},
-                        {"AttributeName": c.LEASE_OWNER, "AttributeType": "S"},
+        self._count("ensure_table")
+        await ensure_table(
+            self._client,
+            TableName=self.table_name,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[
+                {"AttributeName": c.LEASE_KEY, "AttributeType": "S"},
+                {"AttributeName": c.LEASE_OWNER, "AttributeType": "S"},
+            ],
+            KeySchema=[{"AttributeName": c.LEASE_KEY, "KeyType": "HASH"}],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": c.OWNER_INDEX,
+                    "KeySchema": [
+                        {"AttributeName": c.LEASE_OWNER, "KeyType": "HASH"},
+                        {"AttributeName": c.LEASE_KEY, "KeyType": "RANGE"},
                     ],
-                    KeySchema=[{"AttributeName": c.LEASE_KEY, "KeyType": "HASH"}],
-                    GlobalSecondaryIndexes=[
-                        {
-                            "IndexName": c.OWNER_INDEX,
-                            "KeySchema": [
-                                {"AttributeName": c.LEASE_OWNER, "KeyType": "HASH"},
-                                {"AttributeName": c.LEASE_KEY, "KeyType": "RANGE"},
-                            ],
-                            "Projection": {"ProjectionType": "KEYS_ONLY"},
-                        }
-                    ],
-                )
-            return str(resp["TableDescription"]["TableStatus"])
-        except ClientError as exc:
-            if _code(exc) == "ResourceInUseException":  # another worker created it first
-                return "CREATING"
-            raise
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                }
+            ],
+            timeout=timeout,
+        )
 
     # -- reads -----------------------------------------------------------------------------
 
