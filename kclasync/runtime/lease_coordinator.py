@@ -203,6 +203,16 @@ class LeaseCoordinator:
                 renewed = await self.store.renew_lease(held.lease)
                 if renewed is None:
                     current = await self.store.get_lease(held.key)
+                    if (
+                        current is not None
+                        and held.state is HeldState.INCOMING
+                        and current.checkpoint_owner == self.worker_id
+                        and current.owner != self.worker_id
+                    ):
+                        # Handed back before we noticed we had it: we never read from it, so
+                        # there is nothing to drain; complete the new handoff at once.
+                        await self._pass_on_unstarted(held, current)
+                        return
                     renewed = self._reconcile_renewal(held, current)
             except (AdapterError, CorruptLeaseError) as exc:
                 reason = "throttled" if isinstance(exc, ThrottledError) else "error"
@@ -239,6 +249,20 @@ class LeaseCoordinator:
         self.metrics.renewal_failures.labels(*self.labels, "lost").inc()
         self._lose(held, "another worker changed the lease (counter or owner)")
         return None
+
+    async def _pass_on_unstarted(self, held: HeldLease, current: Lease) -> None:
+        held.lost = True
+        if self.held.get(held.key) is held:
+            del self.held[held.key]
+        self._update_gauge()
+        done = await self.store.finish_handoff(current)
+        log.info(
+            "worker %s passed lease %s on to %s before starting it (%s)",
+            self.worker_id,
+            held.key,
+            current.owner,
+            "done" if done is not None else "the lease changed meanwhile",
+        )
 
     def _start_outgoing(self, held: HeldLease, current: Lease) -> None:
         held.state = HeldState.OUTGOING
