@@ -234,6 +234,19 @@ class Consumer:
             raise RuntimeError("the consumer is not running")
         return self._elector
 
+    @property
+    def health(self) -> dict[str, object]:
+        """A snapshot for health checks: running, the error that stopped it, leases held."""
+        task = self._background
+        failed = task is not None and task.done() and not task.cancelled() and task.exception()
+        return {
+            "worker_id": self.worker_id,
+            "running": self._started.is_set() and not self._stop_requested.is_set(),
+            "error": repr(self._failure or failed) if (self._failure or failed) else None,
+            "leases": len(self.held_leases),
+            "leader": self.is_leader,
+        }
+
     async def wait_started(self) -> None:
         await self._started.wait()
 

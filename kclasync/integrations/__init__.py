@@ -1,0 +1,1 @@
+"""Running consumers inside web services: ASGI (FastAPI, Starlette) and aiohttp."""

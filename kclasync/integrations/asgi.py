@@ -1,0 +1,41 @@
+"""Consumers in an ASGI service (FastAPI, Starlette, ...), without importing either.
+
+    from fastapi import FastAPI
+    from prometheus_client import make_asgi_app
+    from kclasync.integrations.asgi import consumer_lifespan
+
+    consumer = Consumer(stream_name="orders", application_name="billing", processor=handle)
+    app = FastAPI(lifespan=consumer_lifespan(consumer))
+    app.mount("/metrics", make_asgi_app())          # Prometheus scrapes kclasync_* here
+
+    @app.get("/healthz")
+    def healthz():
+        return consumer.health
+
+The consumers start with the app (start-up fails if one cannot start: a missing stream, bad
+credentials) and stop gracefully with it: batches finish, processors checkpoint, leases are
+released for the other instances of the service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from kclasync.consumer import Consumer
+
+
+def consumer_lifespan(
+    *consumers: Consumer,
+) -> Callable[[Any], contextlib.AbstractAsyncContextManager[None]]:
+    """A ``lifespan=`` function that runs ``consumers`` for as long as the app runs."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for consumer in consumers:
+                await stack.enter_async_context(consumer)
+            yield
+
+    return lifespan

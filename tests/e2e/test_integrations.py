@@ -1,0 +1,78 @@
+"""Consumers inside web services: aiohttp (with /metrics) and an ASGI lifespan."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+
+from kclasync.integrations.aiohttp import add_metrics_route, consumer_context
+from kclasync.integrations.asgi import consumer_lifespan
+from kclasync.testing.emulators import LocalAws
+from tests.support import Tally, aws_for, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_aiohttp_app_runs_the_consumer_and_serves_metrics(
+    moto: LocalAws, unique_name: str
+) -> None:
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(2)
+        ids = await aws.produce(120)
+        tally = Tally()
+        registry = CollectorRegistry()
+        consumer = aws.consumer(tally.handler("w"), registry=registry, worker_id="web-1")
+        app = web.Application()
+        app.cleanup_ctx.append(consumer_context(consumer))
+        add_metrics_route(app, registry)
+
+        async def health(request: web.Request) -> web.Response:
+            return web.json_response(consumer.health)
+
+        app.router.add_get("/healthz", health)
+        async with TestClient(TestServer(app)) as client:
+            await wait_until(lambda: tally.seen(ids), 20, "the records")
+            metrics = await (await client.get("/metrics")).text()
+            health_now = await (await client.get("/healthz")).json()
+        held = f'kclasync_leases_held{{application="{aws.name}",worker="web-1"}} 2.0'
+        assert held in metrics
+        processed = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith("kclasync_records_processed_total{")
+        ]
+        assert sum(float(line.rsplit(" ", 1)[1]) for line in processed) == 120
+        assert health_now["running"] is True and health_now["error"] is None
+        assert health_now["leases"] == 2
+        # App shutdown stopped the consumer gracefully: leases released, checkpoints kept.
+        leases = (await aws.store.list_leases()).leases
+        assert [lease.owner for lease in leases] == [None, None]
+        assert {lease.key: lease.checkpoint.value for lease in leases} == tally.last_seq
+
+
+async def test_asgi_lifespan_starts_and_stops_consumers(moto: LocalAws, unique_name: str) -> None:
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(1)
+        ids = await aws.produce(30)
+        tally = Tally()
+        consumer = aws.consumer(tally.handler("w"))
+        async with consumer_lifespan(consumer)(app=None):
+            assert consumer.health["running"] is True
+            await wait_until(lambda: tally.seen(ids), 20, "the records")
+        assert consumer.health["running"] is False
+        (lease,) = (await aws.store.list_leases()).leases
+        assert lease.owner is None
+
+
+async def test_asgi_lifespan_fails_start_up_for_a_missing_stream(
+    moto: LocalAws, unique_name: str
+) -> None:
+    from kclasync import StreamNotFoundError
+
+    async with aws_for(moto, unique_name) as aws:
+        consumer = aws.consumer(Tally().handler("w"))
+        with pytest.raises(StreamNotFoundError, match=unique_name):
+            async with consumer_lifespan(consumer)(app=None):
+                pass
