@@ -74,6 +74,12 @@ class ConsumerMetrics:
             _S,
             registry=r,
         )
+        self.malformed_aggregates = Counter(
+            "kclasync_malformed_aggregated_records_total",
+            "Records with the KPL magic bytes that did not parse (delivered as they are)",
+            _S,
+            registry=r,
+        )
         self.throttles = Counter(
             "kclasync_throttled_total", "Throttling errors from AWS", (*_W, "service"), registry=r
         )

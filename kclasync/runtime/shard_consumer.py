@@ -28,6 +28,7 @@ from kclasync.adapters.protocols import (
 )
 from kclasync.config import ConsumerConfig
 from kclasync.core.checkpoint_rules import validate_checkpoint
+from kclasync.core.kpl import KplFormatError, deaggregate, is_aggregated
 from kclasync.core.position import SHARD_END, Checkpoint, InitialPositionKind, Sentinel
 from kclasync.errors import (
     ConfigError,
@@ -142,9 +143,9 @@ def starting_position(checkpoint: Checkpoint, config: ConsumerConfig) -> Startin
     """Where to read from for a lease's checkpoint (None: the shard is finished)."""
     sentinel = checkpoint.sentinel
     if sentinel is None:
-        # A sub-sequence would need KPL de-aggregation to resume inside a record; without it the
-        # aggregated record counts as done once any of its sub-records is checkpointed.
-        return StartingPosition(IteratorType.AFTER_SEQUENCE_NUMBER, checkpoint.value)
+        # AT the checkpointed record: the fetcher skips every (sequence, sub-sequence) up to the
+        # checkpoint, which resumes correctly inside a KPL-aggregated record too.
+        return StartingPosition(IteratorType.AT_SEQUENCE_NUMBER, checkpoint.value)
     if sentinel is Sentinel.SHARD_END:
         return None
     if sentinel is Sentinel.TRIM_HORIZON:
@@ -193,6 +194,8 @@ class ShardConsumer:
             coordinator, held, lambda: metrics.checkpoints.labels(*labels4).inc()
         )
         self.initialized = False
+        #: Positions at or below this were processed before (the starting checkpoint).
+        self._skip_upto: tuple[int, int] | None = None
 
     def request_shutdown(self) -> None:
         """Finish the batch in flight, then call ``shutdown_requested`` and return."""
@@ -214,6 +217,7 @@ class ShardConsumer:
         self.initialized = True
         if position is None:
             return await self._end_of_shard(_End(()))
+        self._skip_upto = start.key() if start.is_sequence else None
         fetcher = asyncio.create_task(self._fetch(position), name=f"fetch {self.shard_id}")
         try:
             while True:
@@ -327,6 +331,42 @@ class ShardConsumer:
             lambda: self.client.get_shard_iterator(self.stream, self.shard_id, position),
         )
 
+    def _expand(self, fetched: Sequence[Record]) -> list[Record]:
+        """De-aggregate KPL records and drop what the starting checkpoint already covers."""
+        out: list[Record] = []
+        for record in fetched:
+            if is_aggregated(record.data):
+                try:
+                    users = deaggregate(record.data)
+                except KplFormatError as exc:
+                    self.metrics.malformed_aggregates.labels(*self._labels).inc()
+                    log.warning(
+                        "record %s on shard %s has the KPL magic bytes but is malformed (%s); "
+                        "delivering it as one ordinary record",
+                        record.sequence_number,
+                        self.shard_id,
+                        exc,
+                    )
+                    out.append(record)
+                    continue
+                out.extend(
+                    attrs.evolve(
+                        record,
+                        data=user.data,
+                        partition_key=user.partition_key,
+                        sub_sequence_number=index,
+                    )
+                    for index, user in enumerate(users)
+                )
+            else:
+                out.append(record)
+        if self._skip_upto is not None and fetched:
+            skip = self._skip_upto
+            out = [r for r in out if (int(r.sequence_number), r.sub_sequence_number) > skip]
+            if int(fetched[-1].sequence_number) > skip[0]:
+                self._skip_upto = None  # past the checkpointed record: nothing more to skip
+        return out
+
     async def _fetch(self, position: StartingPosition) -> None:
         cfg = self.config
         iterator = await self._iterator(position)
@@ -363,8 +403,10 @@ class ShardConsumer:
             backoff = cfg.throttle_backoff
             if result.millis_behind_latest is not None:
                 self.metrics.millis_behind.labels(*self._labels).set(result.millis_behind_latest)
+            records = self._expand(result.records)
+            if records:
+                await self._queue.put(_Batch(records, result.millis_behind_latest))
             if result.records:
-                await self._queue.put(_Batch(result.records, result.millis_behind_latest))
                 last_fetched = result.records[-1].sequence_number
             if result.next_iterator is None:
                 await self._queue.put(_End(result.child_shards))
