@@ -1,0 +1,65 @@
+"""The row schema shared by the Spark source and the Spark processor, and records -> Arrow.
+
+Owns: the column names and types (Spark DDL and the matching Arrow schema) and the conversion of
+kclasync ``Record`` values to an Arrow record batch.
+Must not: import pyspark (pyarrow only), or do I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC
+from typing import Any
+
+import pyarrow as pa
+
+from kclasync.records import Record
+
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "SCHEMA_DDL", "records_to_arrow"]
+
+COLUMNS = (
+    "stream",
+    "shardId",
+    "sequenceNumber",
+    "subSequenceNumber",
+    "partitionKey",
+    "approximateArrivalTimestamp",
+    "data",
+)
+
+SCHEMA_DDL = (
+    "stream STRING, shardId STRING, sequenceNumber STRING, subSequenceNumber BIGINT, "
+    "partitionKey STRING, approximateArrivalTimestamp TIMESTAMP, data BINARY"
+)
+
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("stream", pa.string()),
+        pa.field("shardId", pa.string()),
+        pa.field("sequenceNumber", pa.string()),
+        pa.field("subSequenceNumber", pa.int64()),
+        pa.field("partitionKey", pa.string()),
+        pa.field("approximateArrivalTimestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("data", pa.binary()),
+    ]
+)
+
+
+def records_to_arrow(records: Sequence[Record], stream: str) -> Any:
+    """A ``pyarrow.RecordBatch`` with one row per record, in ``ARROW_SCHEMA``."""
+    arrivals = [
+        r.approximate_arrival.astimezone(UTC) if r.approximate_arrival is not None else None
+        for r in records
+    ]
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r.stream or stream for r in records], pa.string()),
+            pa.array([r.shard_id for r in records], pa.string()),
+            pa.array([r.sequence_number for r in records], pa.string()),
+            pa.array([r.sub_sequence_number for r in records], pa.int64()),
+            pa.array([r.partition_key for r in records], pa.string()),
+            pa.array(arrivals, pa.timestamp("us", tz="UTC")),
+            pa.array([r.data for r in records], pa.binary()),
+        ],
+        schema=ARROW_SCHEMA,
+    )

@@ -1,0 +1,427 @@
+"""``spark.readStream.format("kinesis")``: a Spark 4 Python streaming source over kclasync.
+
+Owns: the ``DataSource`` and its stream reader: options, offsets in Spark's checkpoint, planning a
+batch on the driver (``kclasync.spark.offsets``), one input partition per shard read on the
+executors (``kclasync.spark.fetch``), the progress records that make replays exact
+(``kclasync.spark.progress``), and the optional lease-table positions (``lease_sync``).
+Must not: hold lineage rules of its own (they come from ``kclasync.core.shard_lineage``).
+
+Spark constructs the reader on the driver and again on the executors, so AWS clients are made
+lazily: on the driver a private event loop keeps one client for the query; on an executor each
+partition runs ``asyncio.run`` with a client of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import attrs
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from kclasync.adapters.dynamodb import DynamoLeaseStore
+from kclasync.adapters.kinesis import KinesisStreamClient
+from kclasync.core.position import InitialPosition, InitialPositionKind
+from kclasync.core.shard import Shard
+from kclasync.errors import ConfigError
+from kclasync.spark.fetch import AwsOptions, has_new_records, read_shard
+from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions
+from kclasync.spark.offsets import (
+    ShardPosition,
+    SourceOffset,
+    add_new_shards,
+    allocate_quotas,
+    initial_positions,
+    readable_shards,
+    state_after,
+)
+from kclasync.spark.progress import ProgressStore
+from kclasync.spark.schema import SCHEMA_DDL, records_to_arrow
+
+__all__ = ["KinesisDataSource", "KinesisStreamReader", "ShardPartition", "SourceOptions"]
+
+log = logging.getLogger("kclasync.spark")
+
+T = TypeVar("T")
+
+#: Rows per Arrow batch handed to Spark.
+ARROW_CHUNK = 4096
+
+
+def _int_option(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be an integer, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(name, f"must be at least 1, got {value}")
+    return value
+
+
+def _float_option(options: Mapping[str, str], name: str, default: float) -> float:
+    raw = options.get(name.lower())
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a number, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(name, f"must not be negative, got {value}")
+    return value
+
+
+@attrs.frozen
+class SourceOptions:
+    """The source's options, parsed once on the driver (picklable, sent to executors)."""
+
+    stream_name: str
+    metadata_path: str
+    starting_position: InitialPosition
+    aws: AwsOptions
+    max_records_per_shard: int = 10_000
+    max_records_per_batch: int | None = None
+    max_fetch_seconds: float = 10.0
+    shard_list_interval: float = 10.0
+    lease_table: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
+        stream = opts.get("streamname", "")
+        if not stream:
+            raise ConfigError("streamName", "is required: .option('streamName', 'orders')")
+        metadata = opts.get("metadatapath", "")
+        if not metadata:
+            raise ConfigError(
+                "metadataPath",
+                "is required: a directory the driver and every executor can reach, where "
+                "executors record how far each shard was read in each batch",
+            )
+        try:
+            start = InitialPosition.parse(opts.get("startingposition", "LATEST"))
+        except ValueError as exc:
+            raise ConfigError("startingPosition", str(exc)) from None
+        per_shard = _int_option(opts, "maxRecordsPerShard", 10_000)
+        assert per_shard is not None
+        endpoint = opts.get("endpointurl") or None
+        return cls(
+            stream_name=stream,
+            metadata_path=metadata,
+            starting_position=start,
+            aws=AwsOptions(
+                region_name=opts.get("region") or None,
+                endpoint_url=endpoint,
+                dynamodb_endpoint_url=opts.get("dynamodbendpointurl") or None,
+                aws_access_key_id=opts.get("awsaccesskeyid") or None,
+                aws_secret_access_key=opts.get("awssecretkey")
+                or opts.get("awssecretaccesskey")
+                or None,
+                aws_session_token=opts.get("awssessiontoken") or None,
+            ),
+            max_records_per_shard=per_shard,
+            max_records_per_batch=_int_option(opts, "maxRecordsPerBatch", None),
+            max_fetch_seconds=_float_option(opts, "maxFetchTimePerShardSec", 10.0),
+            shard_list_interval=_float_option(opts, "shardListIntervalSec", 10.0),
+            lease_table=opts.get("leasetable") or None,
+        )
+
+
+class ShardPartition(InputPartition):
+    """One shard of one batch: read on an executor."""
+
+    def __init__(
+        self,
+        *,
+        options: SourceOptions,
+        run: str,
+        batch: int,
+        shard_id: str,
+        start: str,
+        quota: int,
+        timestamp: str | None,
+        until: str | None,
+    ) -> None:
+        super().__init__(shard_id)
+        self.options = options
+        self.run = run
+        self.batch = batch
+        self.shard_id = shard_id
+        self.start = start
+        self.quota = quota
+        self.timestamp = timestamp
+        self.until = until
+
+
+def _time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+class _DriverIO:
+    """The driver's AWS clients on a private event loop (Spark calls the reader synchronously)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._loop = asyncio.new_event_loop()
+        self._stack = contextlib.AsyncExitStack()
+        self.kinesis: KinesisStreamClient | None = None
+        self.leases: DynamoLeaseStore | None = None
+        self.run(self._open)
+
+    async def _open(self) -> None:
+        client_options = self._options.aws.client_options()
+        kinesis = await self._stack.enter_async_context(client_options.create_client("kinesis"))
+        self.kinesis = KinesisStreamClient(kinesis)
+        if self._options.lease_table:
+            ddb = await self._stack.enter_async_context(client_options.create_client("dynamodb"))
+            self.leases = DynamoLeaseStore(ddb, self._options.lease_table)
+            await self.leases.ensure_table()
+
+    def run(self, make: Callable[[], Awaitable[T]]) -> T:
+        async def call() -> T:
+            return await make()
+
+        return self._loop.run_until_complete(call())
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.run(self._stack.aclose)
+        self._loop.close()
+
+
+class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets per shard; children after their parents' SHARD_END; one partition per shard."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._io: _DriverIO | None = None
+        self._listed: list[Shard] | None = None
+        self._listed_at = float("-inf")
+        self._until: datetime | None = None
+        self._lease_state: dict[str, ShardPosition] | None = None
+
+    # Executors get a copy without the driver's clients.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
+    @property
+    def _driver(self) -> _DriverIO:
+        if self._io is None:
+            self._io = _DriverIO(self.options)
+        return self._io
+
+    def _kinesis(self) -> KinesisStreamClient:
+        kinesis = self._driver.kinesis
+        assert kinesis is not None
+        return kinesis
+
+    def _listing(self, force: bool = False) -> list[Shard] | None:
+        """The stream's shards, listed again at most every ``shardListIntervalSec``."""
+        now = time.monotonic()
+        if (
+            force
+            or self._listed is None
+            or now - self._listed_at >= self.options.shard_list_interval
+        ):
+            stream = self.options.stream_name
+            self._listed = self._driver.run(lambda: self._kinesis().list_shards(stream))
+            self._listed_at = now
+        return self._listed
+
+    # -- DataSourceStreamReader -----------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        start = self.options.starting_position
+        when = start.timestamp
+        if start.kind is InitialPositionKind.LATEST:
+            when = datetime.now(UTC)  # LATEST is pinned to the query's start, see offsets.py
+        positions: dict[str, ShardPosition] = {}
+        store = self._driver.leases
+        if store is not None:
+            positions = self._driver.run(lambda: read_positions(store))
+            if positions:
+                log.info(
+                    "starting from %d positions in lease table %s",
+                    len(positions),
+                    self.options.lease_table,
+                )
+        if not positions:
+            listed = self._listing(force=True)
+            assert listed is not None
+            positions = initial_positions(listed, start)
+        offset = SourceOffset(
+            run=uuid.uuid4().hex,
+            batch=-1,
+            shards=positions,
+            timestamp=when.isoformat() if when is not None else None,
+        )
+        return offset.to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_records_per_batch is not None:
+            return ReadMaxRows(self.options.max_records_per_batch)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Nothing that arrives after this instant is read in this run.
+        self._until = datetime.now(UTC)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        offset = SourceOffset.from_json(start)
+        progress = ProgressStore(self.options.metadata_path)
+        read_ids = [sid for sid, pos in offset.shards.items() if pos.quota > 0]
+        state, read = state_after(offset, progress.get_batch(offset.run, offset.batch, read_ids))
+        self._sync_lease_table(offset.run, state)
+        progress.prune(offset.run, offset.batch)
+        state = add_new_shards(
+            state,
+            self.options.starting_position,
+            listed=self._listing(),
+            reported_children=[child for rec in read.values() for child in rec.children],
+        )
+        timestamp = _time(offset.timestamp)
+        until = self._until
+        candidates = readable_shards(state)
+        known = [sid for sid in candidates if sid in read and read[sid].more]
+        unknown = [sid for sid in candidates if sid not in known]
+        stream = self.options.stream_name
+
+        async def probe() -> list[bool]:
+            return list(
+                await asyncio.gather(
+                    *(
+                        has_new_records(
+                            self._kinesis(),
+                            stream,
+                            sid,
+                            state[sid].position,
+                            timestamp=timestamp,
+                            until=until,
+                        )
+                        for sid in unknown
+                    )
+                )
+            )
+
+        found = self._driver.run(probe) if unknown else []
+        work = known + [sid for sid, has in zip(unknown, found, strict=True) if has]
+        if not work:
+            return start
+        per_batch = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        quotas = allocate_quotas(
+            work,
+            per_shard=self.options.max_records_per_shard,
+            per_batch=per_batch,
+            batch=offset.batch + 1,
+        )
+        nxt = SourceOffset(
+            run=offset.run,
+            batch=offset.batch + 1,
+            shards={sid: attrs.evolve(pos, quota=quotas.get(sid, 0)) for sid, pos in state.items()},
+            timestamp=offset.timestamp,
+            until=until.isoformat() if until is not None else None,
+        )
+        return nxt.to_json()
+
+    def _sync_lease_table(self, run: str, state: dict[str, ShardPosition]) -> None:
+        # ``latestOffset(start)`` is only called once ``start``'s batch is committed to the sink
+        # (a batch left uncommitted is replayed first), so ``state`` is safe to publish. It also
+        # covers the last batch of an AvailableNow run, which Spark never ``commit()``s.
+        store = self._driver.leases
+        if store is None or state == self._lease_state:
+            return
+        owner = f"{SPARK_OWNER_PREFIX}:{run}"
+        self._driver.run(lambda: write_positions(store, state, owner))
+        self._lease_state = dict(state)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
+        offset = SourceOffset.from_json(end)
+        return [
+            ShardPartition(
+                options=self.options,
+                run=offset.run,
+                batch=offset.batch,
+                shard_id=sid,
+                start=pos.position,
+                quota=pos.quota,
+                timestamp=offset.timestamp,
+                until=offset.until,
+            )
+            for sid, pos in sorted(offset.shards.items())
+            if pos.quota > 0
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ShardPartition)
+        records = read_partition(partition)
+        for i in range(0, len(records), ARROW_CHUNK):
+            yield records_to_arrow(records[i : i + ARROW_CHUNK], partition.options.stream_name)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        offset = SourceOffset.from_json(end)
+        ProgressStore(self.options.metadata_path).prune(offset.run, offset.batch)
+
+    def stop(self) -> None:
+        if self._io is not None:
+            self._io.close()
+            self._io = None
+
+
+def read_partition(p: ShardPartition) -> list[Any]:
+    """Read one shard of one batch on an executor; the same records on every replay."""
+    store = ProgressStore(p.options.metadata_path)
+    recorded = store.get(p.run, p.batch, p.shard_id)
+
+    async def fetch(replay: Any) -> Any:
+        async with p.options.aws.client_options().create_client("kinesis") as client:
+            return await read_shard(
+                KinesisStreamClient(client),
+                p.options.stream_name,
+                p.shard_id,
+                p.start,
+                quota=p.quota,
+                timestamp=_time(p.timestamp),
+                until=_time(p.until),
+                max_seconds=p.options.max_fetch_seconds,
+                replay=replay,
+            )
+
+    result = asyncio.run(fetch(recorded))
+    if recorded is None:
+        # Record where this batch stops before Spark sees a row; a racing attempt may have won.
+        claimed = store.claim(p.run, p.batch, p.shard_id, result.progress)
+        if claimed != result.progress:
+            result = asyncio.run(fetch(claimed))
+    return list(result.records)
+
+
+class KinesisDataSource(DataSource):
+    """``spark.readStream.format("kinesis")``; register with ``kclasync.spark.register(spark)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kinesis"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def streamReader(self, schema: Any) -> KinesisStreamReader:
+        return KinesisStreamReader(SourceOptions.parse(self.options))
