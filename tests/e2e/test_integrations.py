@@ -33,17 +33,25 @@ async def test_aiohttp_app_runs_the_consumer_and_serves_metrics(
 
         app.router.add_get("/healthz", health)
         async with TestClient(TestServer(app)) as client:
+
+            async def processed() -> float:
+                text = await (await client.get("/metrics")).text()
+                return sum(
+                    float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith("kclasync_records_processed_total{")
+                )
+
+            async def all_processed() -> bool:
+                return await processed() == 120
+
             await wait_until(lambda: tally.seen(ids), 20, "the records")
+            # Counted once each batch returned; scraped over HTTP like Prometheus would.
+            await wait_until(all_processed, 10, "the counter to reach 120")
             metrics = await (await client.get("/metrics")).text()
             health_now = await (await client.get("/healthz")).json()
         held = f'kclasync_leases_held{{application="{aws.name}",worker="web-1"}} 2.0'
         assert held in metrics
-        processed = [
-            line
-            for line in metrics.splitlines()
-            if line.startswith("kclasync_records_processed_total{")
-        ]
-        assert sum(float(line.rsplit(" ", 1)[1]) for line in processed) == 120
         assert health_now["running"] is True and health_now["error"] is None
         assert health_now["leases"] == 2
         # App shutdown stopped the consumer gracefully: leases released, checkpoints kept.
