@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from kclasync.adapters.aws import ClientOptions
+from kclasync.simulation import cli as simulation_cli
 
 
 def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,7 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _demo_parser(sub)
     _leases_parser(sub)
     _sticky_parser(sub)
+    simulation_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "simulate":
+        return simulation_cli.run(args)
     if args.command == "demo":
         from kclasync.demo import DemoSettings, run_demo
 

@@ -1,0 +1,160 @@
+"""A virtual-time asyncio event loop for deterministic simulation.
+
+``VirtualTimeLoop`` is asyncio's own selector event loop with two changes: ``time()`` returns a
+virtual clock, and when nothing is ready to run the loop does not wait for the next timer, it
+moves the clock to it. Real I/O still works (the loop keeps its self-pipe for
+``call_soon_threadsafe``), but a simulation should do none: time only moves when every task is
+waiting for a timer, so a whole fleet's hours pass in the seconds the CPU needs for its events.
+
+The runtime reads time only from ``loop.time()`` and sleeps only with ``asyncio.sleep`` /
+``wait_for`` timeouts, so it runs here unchanged. Ready callbacks run in FIFO order and timers
+fire in deadline order (ties in scheduling order), so a run is reproducible given the same
+program and the same random seeds.
+
+The PyPI package ``looptime`` fast-forwards loop time too, but as a pytest plugin that patches a
+running loop; the ``kclasync simulate`` command needs a standalone loop, and this one is small.
+
+Owns: the loop class and ``run_virtual``. Must not: read the wall clock for anything but the
+optional ``wall_limit`` guard in ``run_virtual``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import selectors
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+
+class Deadlock(RuntimeError):
+    """Every task waits for something that no timer or ready callback can bring."""
+
+
+class WallTimeExceeded(RuntimeError):
+    """A run took longer in real time than its ``wall_limit`` (a runaway or a busy loop)."""
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    """Polls a real selector without blocking; a would-be wait advances the virtual clock."""
+
+    def __init__(
+        self,
+        clock: VirtualClock,
+        wall_limit: float | None,
+        next_timer: Callable[[], float | None],
+        busy: Callable[[], bool],
+    ) -> None:
+        self._inner = selectors.DefaultSelector()
+        self._clock = clock
+        self._next_timer = next_timer
+        self._busy = busy
+        self._deadline = None if wall_limit is None else time.monotonic() + wall_limit
+        self._polls = 0
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._inner.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.modify(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        events = self._inner.select(0)
+        self._polls += 1
+        if (
+            self._deadline is not None
+            and not self._polls & 0xFFF
+            and time.monotonic() > self._deadline
+        ):
+            raise WallTimeExceeded(
+                f"virtual-time loop: wall-time limit exceeded at virtual {self._clock.now:.1f}s"
+            )
+        if events or self._busy():
+            return events
+        if timeout is None:
+            raise Deadlock(
+                "virtual-time loop: no task is ready and no timer is scheduled "
+                f"(virtual time {self._clock.now:.3f}s)"
+            )
+        # Move just past the next timer's deadline (timers fire once the clock has passed
+        # them; see VirtualTimeLoop). Computing ``now + (when - now)`` instead can land one
+        # float step short, and code that then sleeps the remaining step would spin.
+        when = self._next_timer()
+        if when is None or when - self._clock.now > timeout:
+            self._clock.advance(timeout)  # a capped select timeout; the loop asks again
+        else:
+            self._clock.advance_to(math.nextafter(max(when, self._clock.now), math.inf))
+        return []
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return self._inner.get_map()
+
+
+class VirtualClock:
+    """Seconds of virtual time; only moves forward."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def advance(self, seconds: float) -> None:
+        if seconds > 0:
+            self.now += seconds
+
+    def advance_to(self, when: float) -> None:
+        self.now = max(self.now, when)
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop whose ``time()`` is virtual and jumps to the next timer when idle."""
+
+    def __init__(self, start: float = 0.0, *, wall_limit: float | None = None) -> None:
+        self.clock = VirtualClock(start)
+        super().__init__(
+            selector=_VirtualSelector(self.clock, wall_limit, self._next_timer, self._busy)
+        )
+        # A real loop runs timers up to one clock tick early, which is harmless because real
+        # time moves while code runs. Here it does not: code that fires a tick early, sees it
+        # is still (one float step) before its deadline and sleeps the rest would spin without
+        # time ever moving. So timers fire only once the virtual clock has reached them.
+        self._clock_resolution = 0.0
+
+    def _busy(self) -> bool:
+        return bool(getattr(self, "_ready", ())) or bool(getattr(self, "_stopping", False))
+
+    def _next_timer(self) -> float | None:
+        scheduled: list[asyncio.TimerHandle] = getattr(self, "_scheduled", [])
+        return scheduled[0].when() if scheduled else None
+
+    def time(self) -> float:
+        return self.clock.now
+
+
+def run_virtual(
+    main: Callable[[], Awaitable[_T]], *, start: float = 0.0, wall_limit: float | None = None
+) -> _T:
+    """Run ``main()`` to completion on a fresh ``VirtualTimeLoop`` and close it.
+
+    ``wall_limit``: raise ``WallTimeExceeded`` once this many real seconds have passed (the only
+    wall-clock read; a guard against runaway runs, checked every 4096 loop iterations).
+    """
+
+    async def wrapper() -> _T:
+        return await main()
+
+    def factory() -> VirtualTimeLoop:
+        return VirtualTimeLoop(start, wall_limit=wall_limit)
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(wrapper())
+
+
+__all__ = ["Deadlock", "VirtualClock", "VirtualTimeLoop", "WallTimeExceeded", "run_virtual"]

@@ -1,0 +1,80 @@
+"""The virtual-time loop: time moves only by jumping to timers, deterministically."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from kclasync.simulation.clock import Deadlock, VirtualTimeLoop, WallTimeExceeded, run_virtual
+
+
+def test_hours_of_sleeps_pass_instantly_and_in_order() -> None:
+    order: list[tuple[float, str]] = []
+
+    async def sleeper(name: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        order.append((asyncio.get_running_loop().time(), name))
+
+    async def main() -> float:
+        await asyncio.gather(sleeper("b", 7200.0), sleeper("a", 3600.0), sleeper("c", 0.5))
+        return asyncio.get_running_loop().time()
+
+    started = time.monotonic()
+    end = run_virtual(main)
+    assert time.monotonic() - started < 5
+    assert [name for _, name in order] == ["c", "a", "b"]
+    assert end == pytest.approx(7200.0)
+    assert order[1][0] == pytest.approx(3600.0)
+
+
+def test_wait_for_timeout_in_virtual_time() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.Event().wait(), 30.0)
+        return loop.time()
+
+    assert run_virtual(main) == pytest.approx(30.0)
+
+
+def test_sleeping_the_remaining_float_step_makes_progress() -> None:
+    """Code that wakes at its deadline and sleeps ``due - now`` again must not spin."""
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        due = 60.98325816268421
+        rounds = 0
+        while loop.time() < due:
+            rounds += 1
+            assert rounds < 10
+            await asyncio.sleep(due - loop.time())
+        return rounds
+
+    assert run_virtual(main) <= 3
+
+
+def test_deadlock_is_reported() -> None:
+    async def main() -> None:
+        await asyncio.Event().wait()
+
+    with pytest.raises(Deadlock):
+        run_virtual(main)
+
+
+def test_wall_limit_stops_a_busy_loop() -> None:
+    async def main() -> None:
+        while True:
+            await asyncio.sleep(0)
+
+    with pytest.raises(WallTimeExceeded):
+        run_virtual(main, wall_limit=0.2)
+
+
+def test_loop_starts_at_the_given_time() -> None:
+    loop = VirtualTimeLoop(start=100.0)
+    try:
+        assert loop.time() == 100.0
+    finally:
+        loop.close()
