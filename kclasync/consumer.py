@@ -311,9 +311,11 @@ class Consumer:
 
     async def _run(self, store: LeaseStore, stream_client: StreamClient) -> None:
         cfg = self.config
-        await store.ensure_table()
+        await self._at_start("creating the lease table", store.ensure_table)
         assert self._coordinator_state is not None
-        await self._coordinator_state.ensure_table()
+        await self._at_start(
+            "creating the coordinator-state table", self._coordinator_state.ensure_table
+        )
         coordinator = LeaseCoordinator(
             store=store,
             worker_id=self.worker_id,
@@ -340,7 +342,8 @@ class Consumer:
             rng=self._rng,
         )
         self._elector = elector
-        await self._initial_sync()  # also proves the stream exists before anything else starts
+        # Also proves the stream exists (StreamNotFoundError is not retried) before anything starts.
+        await self._at_start("the first shard sync", self._initial_sync)
         loops = [
             asyncio.create_task(coordinator.renewer_loop(), name="renewer"),
             asyncio.create_task(
@@ -382,6 +385,21 @@ class Consumer:
             await asyncio.gather(*pending, return_exceptions=True)
         if self._failure is not None:
             raise self._failure
+
+    async def _at_start(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
+        """Run a start-up step, retrying throttling and transient errors a few times with
+        backoff; anything else, or the last failure, stops ``run()`` with that error."""
+        delay = self.config.throttle_backoff
+        for attempt in range(1, 6):
+            try:
+                await step()
+                return
+            except AdapterError as exc:
+                if attempt == 5:
+                    raise
+                log.warning("%s failed (%s); retrying in %.2fs", what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.max_backoff)
 
     async def _shutdown(
         self, coordinator: LeaseCoordinator, loops: list[asyncio.Task[None]]

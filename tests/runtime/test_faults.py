@@ -174,3 +174,38 @@ async def test_unreachable_table_drops_the_lease_after_failover_then_recovers() 
         assert c.held_leases == []
         faults.operations.clear()
         await wait_until(lambda: len(c.held_leases) == 1, 5, "the lease back after the outage")
+
+
+async def test_transient_errors_at_start_are_retried() -> None:
+    from kclasync.adapters.protocols import TransientError
+
+    class FlakyAtStart(MemoryLeaseStore):
+        failures = 2
+
+        async def ensure_table(self) -> None:
+            if self.failures:
+                self.failures -= 1
+                raise TransientError("injected: table not reachable yet")
+            await super().ensure_table()
+
+    client = MemoryStreamClient()
+    payloads = fill(client, 1, 20)
+    seen = Seen()
+    store = FlakyAtStart(MemoryLeaseTable())
+    c = Consumer(
+        stream_name=STREAM,
+        application_name="app",
+        processor=seen,
+        config=ConsumerConfig(
+            initial_position="TRIM_HORIZON",
+            worker_id="w",  # type: ignore[arg-type]
+            throttle_backoff=0.01,
+            idle_time_between_reads=0.02,
+        ),
+        lease_store=store,
+        stream_client=client,
+        registry=CollectorRegistry(),
+    )
+    async with c:
+        await wait_until(lambda: len(seen.data) == len(payloads), 10, "the records")
+    assert store.failures == 0
