@@ -93,3 +93,55 @@ async def test_lease_handed_back_before_it_was_started_is_passed_on_at_once() ->
     assert table.leases["L"].owner == "a" and table.leases["L"].checkpoint_owner is None
     await a.renew_all()
     assert a.held["L"].state is HeldState.ACTIVE and a_events.log[-1] == ("acquired", "L")
+
+
+async def test_reconciled_renewal_is_not_credited_at_the_retry_time() -> None:
+    # Regression (found by the simulation, seed 7 at 50 x 500): a renewal applied but whose reply
+    # was lost, then reconciled on the next attempt, must not count as renewed at that later
+    # attempt's time; the write that counted was sent earlier, and other workers' expiry clocks
+    # started from it.
+    from kclasync.adapters.protocols import TransientError
+
+    class LostReply(MemoryLeaseStore):
+        lose_next = False
+
+        async def renew_lease(
+            self, lease: Lease, throughput_kbps: float | None = None
+        ) -> Lease | None:
+            renewed = await super().renew_lease(lease, throughput_kbps)
+            if self.lose_next:
+                self.lose_next = False
+                raise TransientError("injected: the write happened, the reply was lost")
+            return renewed
+
+    now = [0.0]
+    table = MemoryLeaseTable()
+    store = LostReply(table)
+    c = LeaseCoordinator(
+        store=store,
+        worker_id="w",
+        failover_time=10.0,
+        renewer_interval=3.0,
+        taker_interval=10.0,
+        taker=BalancedLeaseTaker(),
+        max_leases_for_worker=None,
+        max_leases_to_steal=None,
+        metrics=ConsumerMetrics(CollectorRegistry()),
+        application="app",
+        listener=Events(),
+        rng=random.Random(0),
+        clock=lambda: now[0],
+    )
+    await store.create_lease(Lease(key="L"))
+    await c._take(table.leases["L"], stolen=False)
+    now[0] = 3.0
+    store.lose_next = True
+    await c.renew_all()  # applied, but we did not hear back
+    assert c.held["L"].renewed_at == 0.0
+    now[0] = 6.0
+    await c.renew_all()  # the condition fails; a re-read shows our own increment
+    assert c.held["L"].lease.counter == table.leases["L"].counter  # adopted
+    assert c.held["L"].renewed_at == 0.0  # not credited at 6.0
+    now[0] = 9.0
+    await c.renew_all()  # a confirmed renewal
+    assert c.held["L"].renewed_at == 9.0
