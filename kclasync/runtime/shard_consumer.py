@@ -18,13 +18,10 @@ import attrs
 
 from kclasync.adapters.protocols import (
     ChildShard,
-    ExpiredIteratorError,
     IteratorType,
     ShardNotFoundError,
     StartingPosition,
     StreamClient,
-    ThrottledError,
-    TransientError,
 )
 from kclasync.config import ConsumerConfig
 from kclasync.core.checkpoint_rules import validate_checkpoint
@@ -41,6 +38,7 @@ from kclasync.processor import RecordProcessor, ShardInfo
 from kclasync.records import Record
 from kclasync.runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync.runtime.metrics import ConsumerMetrics
+from kclasync.runtime.shard_cursor import ShardCursor
 
 log = logging.getLogger("kclasync.shard")
 
@@ -311,26 +309,6 @@ class ShardConsumer:
 
     # -- fetching --------------------------------------------------------------------------
 
-    async def _call_with_backoff(self, what: str, make: Callable[[], Awaitable[str]]) -> str:
-        backoff = self.config.throttle_backoff
-        while True:
-            try:
-                return await make()
-            except (ThrottledError, TransientError) as exc:
-                if isinstance(exc, ThrottledError):
-                    self.metrics.throttles.labels(*self._labels2, "kinesis").inc()
-                log.info(
-                    "%s for %s failed (%s); retrying in %.2fs", what, self.shard_id, exc, backoff
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.config.max_backoff)
-
-    async def _iterator(self, position: StartingPosition) -> str:
-        return await self._call_with_backoff(
-            "GetShardIterator",
-            lambda: self.client.get_shard_iterator(self.stream, self.shard_id, position),
-        )
-
     def _expand(self, fetched: Sequence[Record]) -> list[Record]:
         """De-aggregate KPL records and drop what the starting checkpoint already covers."""
         out: list[Record] = []
@@ -369,49 +347,30 @@ class ShardConsumer:
 
     async def _fetch(self, position: StartingPosition) -> None:
         cfg = self.config
-        iterator = await self._iterator(position)
-        last_fetched: str | None = None
-        backoff = cfg.throttle_backoff
+        cursor = ShardCursor(
+            self.client,
+            self.stream,
+            self.shard_id,
+            position,
+            backoff=cfg.throttle_backoff,
+            max_backoff=cfg.max_backoff,
+            on_throttle=self.metrics.throttles.labels(*self._labels2, "kinesis").inc,
+        )
         while True:
             try:
-                result = await self.client.get_records(
-                    self.stream, self.shard_id, iterator, cfg.max_records
-                )
-            except (ThrottledError, TransientError) as exc:
-                if isinstance(exc, ThrottledError):
-                    self.metrics.throttles.labels(*self._labels2, "kinesis").inc()
-                log.info(
-                    "GetRecords on %s failed (%s); backing off %.2fs", self.shard_id, exc, backoff
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, cfg.max_backoff)
-                continue
-            except ExpiredIteratorError:
-                # Resume right after the last record already queued: nothing lost, nothing twice.
-                resume = (
-                    StartingPosition(IteratorType.AFTER_SEQUENCE_NUMBER, last_fetched)
-                    if last_fetched is not None
-                    else position
-                )
-                log.info("iterator of %s expired; resuming after %s", self.shard_id, last_fetched)
-                iterator = await self._iterator(resume)
-                continue
+                result = await cursor.next(cfg.max_records)
             except ShardNotFoundError:
                 log.warning("shard %s no longer exists; treating it as ended", self.shard_id)
                 await self._queue.put(_End(()))
                 return
-            backoff = cfg.throttle_backoff
             if result.millis_behind_latest is not None:
                 self.metrics.millis_behind.labels(*self._labels).set(result.millis_behind_latest)
             records = self._expand(result.records)
             if records:
                 await self._queue.put(_Batch(records, result.millis_behind_latest))
-            if result.records:
-                last_fetched = result.records[-1].sequence_number
             if result.next_iterator is None:
                 await self._queue.put(_End(result.child_shards))
                 return
-            iterator = result.next_iterator
             caught_up = not result.records and not result.millis_behind_latest
             await asyncio.sleep(
                 cfg.idle_time_between_reads if caught_up else cfg.min_time_between_reads

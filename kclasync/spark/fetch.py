@@ -10,34 +10,25 @@ Executors call this with ``asyncio.run`` (Spark's Python workers are synchronous
 from __future__ import annotations
 
 import asyncio
-import functools
-import logging
-from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TypeVar
 
 import attrs
 
 from kclasync.adapters.aws import ClientOptions
 from kclasync.adapters.protocols import (
     ChildShard,
-    ExpiredIteratorError,
     GetRecordsResult,
     IteratorType,
     ShardNotFoundError,
     StartingPosition,
     StreamClient,
-    ThrottledError,
-    TransientError,
 )
 from kclasync.records import Record
+from kclasync.runtime.shard_cursor import ShardCursor
 from kclasync.spark.offsets import AT_TIMESTAMP, SHARD_END, TRIM_HORIZON, ShardProgress
 
 __all__ = ["AwsOptions", "ShardRead", "has_new_records", "read_shard"]
 
-log = logging.getLogger("kclasync.spark")
-
-T = TypeVar("T")
 
 #: GetRecords' largest page.
 MAX_PAGE = 10_000
@@ -88,63 +79,12 @@ def starting_position(position: str, timestamp: datetime | None) -> StartingPosi
     return StartingPosition(IteratorType.AFTER_SEQUENCE_NUMBER, position)
 
 
-async def _retrying(what: str, call: Callable[[], Awaitable[T]], attempts: int = 8) -> T:
-    delay = 0.1
-    for attempt in range(1, attempts + 1):
-        try:
-            return await call()
-        except (ThrottledError, TransientError) as exc:
-            if attempt == attempts:
-                raise
-            log.info("%s failed (%s); retrying in %.1fs", what, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-    raise AssertionError("unreachable")
-
-
-class _Cursor:
-    """A shard iterator that survives expiry: it resumes after the last record returned."""
-
-    def __init__(
-        self, client: StreamClient, stream: str, shard_id: str, start: StartingPosition
-    ) -> None:
-        self.client = client
-        self.stream = stream
-        self.shard_id = shard_id
-        self.start = start
-        self.iterator: str | None = None
-        self.last_sequence: str | None = None
-
-    async def _fresh_iterator(self) -> str:
-        position = (
-            StartingPosition(IteratorType.AFTER_SEQUENCE_NUMBER, self.last_sequence)
-            if self.last_sequence is not None
-            else self.start
-        )
-        return await _retrying(
-            f"GetShardIterator {self.shard_id}",
-            lambda: self.client.get_shard_iterator(self.stream, self.shard_id, position),
-        )
-
-    async def _get(self, iterator: str, limit: int) -> GetRecordsResult:
-        return await self.client.get_records(self.stream, self.shard_id, iterator, limit)
-
-    async def next(self, limit: int) -> GetRecordsResult:
-        while True:
-            if self.iterator is None:
-                self.iterator = await self._fresh_iterator()
-            try:
-                result = await _retrying(
-                    f"GetRecords {self.shard_id}",
-                    functools.partial(self._get, self.iterator, limit),
-                )
-            except ExpiredIteratorError:
-                self.iterator = None
-                continue
-            if result.records:
-                self.last_sequence = result.records[-1].sequence_number
-            self.iterator = result.next_iterator
-            return result
+def _cursor(
+    client: StreamClient, stream: str, shard_id: str, start: StartingPosition
+) -> ShardCursor:
+    """The workers' shard reader, with a bounded number of retries (a Spark task should fail
+    and be retried by Spark rather than hang)."""
+    return ShardCursor(client, stream, shard_id, start, backoff=0.1, max_backoff=5.0, attempts=8)
 
 
 def _arrived_after(record: Record, until: datetime | None) -> bool:
@@ -178,7 +118,7 @@ async def read_shard(
     position = starting_position(start, timestamp)
     if position is None:
         return ShardRead([], replay or ShardProgress(0, SHARD_END, ended=True))
-    cursor = _Cursor(client, stream, shard_id, position)
+    cursor = _cursor(client, stream, shard_id, position)
     records: list[Record] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_seconds
@@ -243,7 +183,7 @@ async def has_new_records(
     position = starting_position(start, timestamp)
     if position is None:
         return False
-    cursor = _Cursor(client, stream, shard_id, position)
+    cursor = _cursor(client, stream, shard_id, position)
     try:
         result = await cursor.next(1)
     except ShardNotFoundError:
