@@ -25,13 +25,13 @@ import attrs
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
-from kclasync.adapters.memory import (
+from kclasync._adapters.memory import (
     MemoryCoordinatorState,
     MemoryLeaseStore,
     MemoryLeaseTable,
     MemoryStreamClient,
 )
-from kclasync.records import Record
+from kclasync._records import Record
 
 STREAM = "bench"
 

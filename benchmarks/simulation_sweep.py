@@ -11,8 +11,8 @@ import argparse
 import itertools
 import sys
 
-from kclasync.simulation import SimulationSettings, run_simulation
-from kclasync.simulation.faults import ALL_FAULTS, parse_faults
+from kclasync._simulation import SimulationSettings, run_simulation
+from kclasync._simulation.faults import ALL_FAULTS, parse_faults
 
 FLEETS = [(4, 8), (8, 32), (20, 100), (50, 500)]
 FAULT_MIXES = ["all", "crash,pause", "throttle,errors,delay", "reshard,stop,slow"]

@@ -21,7 +21,7 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
-from kclasync.adapters.kinesis import KinesisStreamClient
+from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.testing.emulators import LocalAws, moto_process
 
 

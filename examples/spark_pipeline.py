@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from kclasync import Consumer, ConsumerConfig
-from kclasync.adapters.kinesis import KinesisStreamClient
+from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.spark import BatchInfo, ParquetSink, SparkProcessor, register
 from kclasync.testing.emulators import LocalAws, moto_process
 

@@ -3,11 +3,13 @@
 Everything a user needs is importable from here.
 """
 
-from kclasync.adapters.aws import ClientOptions
-from kclasync.adapters.protocols import ThrottledError, TransientError
-from kclasync.config import ConsumerConfig, ProcessorErrorPolicy
-from kclasync.consumer import Consumer
-from kclasync.core.position import Checkpoint, InitialPosition
+from kclasync._adapters.aws import ClientOptions
+from kclasync._adapters.protocols import ThrottledError, TransientError
+from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
+from kclasync._consumer import Consumer
+from kclasync._core.position import Checkpoint, InitialPosition
+from kclasync._processor import Checkpointer, RecordProcessor, ShardInfo
+from kclasync._records import Record
 from kclasync.errors import (
     CheckpointError,
     ConfigError,
@@ -18,8 +20,6 @@ from kclasync.errors import (
     ShutdownCheckpointError,
     StreamNotFoundError,
 )
-from kclasync.processor import Checkpointer, RecordProcessor, ShardInfo
-from kclasync.records import Record
 
 __version__ = "0.1.0"
 

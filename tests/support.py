@@ -12,10 +12,10 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
-from kclasync.adapters.dynamodb import DynamoLeaseStore
-from kclasync.adapters.kinesis import KinesisStreamClient
-from kclasync.processor import Checkpointer, ShardInfo
-from kclasync.records import Record
+from kclasync._adapters.dynamodb import DynamoLeaseStore
+from kclasync._adapters.kinesis import KinesisStreamClient
+from kclasync._processor import Checkpointer, ShardInfo
+from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws
 
 FAST = {

@@ -11,7 +11,7 @@ from datetime import timedelta
 import attrs
 import pytest
 
-from kclasync.adapters.memory import (
+from kclasync._adapters.memory import (
     DEFAULT_EPOCH,
     FaultPlan,
     MemoryLeaseStore,
@@ -21,7 +21,7 @@ from kclasync.adapters.memory import (
     OpFaults,
     partition_key_hash,
 )
-from kclasync.adapters.protocols import (
+from kclasync._adapters.protocols import (
     ExpiredIteratorError,
     IteratorType,
     ShardFilter,
@@ -31,9 +31,9 @@ from kclasync.adapters.protocols import (
     ThrottledError,
     TransientError,
 )
-from kclasync.core.lease import CorruptLeaseError, Lease
-from kclasync.core.position import SHARD_END, TRIM_HORIZON, Checkpoint
-from kclasync.core.shard import MAX_HASH_KEY, HashRange, Shard
+from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.position import SHARD_END, TRIM_HORIZON, Checkpoint
+from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
 from kclasync.errors import StreamNotFoundError
 
 KEY = "shardId-000000000000"

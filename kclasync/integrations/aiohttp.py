@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from kclasync.consumer import Consumer
+from kclasync._consumer import Consumer
 
 
 def consumer_context(

@@ -23,7 +23,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from kclasync.consumer import Consumer
+from kclasync._consumer import Consumer
 
 
 def consumer_lifespan(

@@ -14,8 +14,8 @@ from datetime import datetime
 
 import attrs
 
-from kclasync.adapters.aws import ClientOptions
-from kclasync.adapters.protocols import (
+from kclasync._adapters.aws import ClientOptions
+from kclasync._adapters.protocols import (
     ChildShard,
     GetRecordsResult,
     IteratorType,
@@ -23,8 +23,8 @@ from kclasync.adapters.protocols import (
     StartingPosition,
     StreamClient,
 )
-from kclasync.records import Record
-from kclasync.runtime.shard_cursor import ShardCursor
+from kclasync._records import Record
+from kclasync._runtime.shard_cursor import ShardCursor
 from kclasync.spark.offsets import AT_TIMESTAMP, SHARD_END, TRIM_HORIZON, ShardProgress
 
 __all__ = ["AwsOptions", "ShardRead", "has_new_records", "read_shard"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from kclasync.adapters.protocols import LeaseStore
-from kclasync.core.lease import Lease
-from kclasync.core.position import Checkpoint
+from kclasync._adapters.protocols import LeaseStore
+from kclasync._core.lease import Lease
+from kclasync._core.position import Checkpoint
 from kclasync.errors import KclAsyncError
 from kclasync.spark.offsets import AT_TIMESTAMP, ShardPosition
 

@@ -2,7 +2,7 @@
 
 Owns: the JSON offset Spark keeps in its checkpoint (one position per shard), what one executor
 recorded for one shard in one batch (``ShardProgress``), the state after a batch, which shards may
-be read (the lineage rules of ``kclasync.core.shard_lineage``: a child only after all its parents
+be read (the lineage rules of ``kclasync._core.shard_lineage``: a child only after all its parents
 reached SHARD_END), and how a batch's read limit is shared between shards.
 Must not: import pyspark, do I/O or read clocks (callers pass the time in).
 
@@ -22,11 +22,11 @@ from typing import Any, Final
 
 import attrs
 
-from kclasync.adapters.protocols import ChildShard
-from kclasync.core.lease import Lease
-from kclasync.core.position import Checkpoint, InitialPosition, Sentinel
-from kclasync.core.shard import Shard
-from kclasync.core.shard_lineage import (
+from kclasync._adapters.protocols import ChildShard
+from kclasync._core.lease import Lease
+from kclasync._core.position import Checkpoint, InitialPosition, Sentinel
+from kclasync._core.shard import Shard
+from kclasync._core.shard_lineage import (
     child_leases_for_finished_parent,
     parents_finished,
     plan_new_leases,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from kclasync.records import Record
+from kclasync._records import Record
 
 __all__ = ["ARROW_SCHEMA", "COLUMNS", "SCHEMA_DDL", "records_to_arrow"]
 

@@ -20,8 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from kclasync.processor import Checkpointer, ShardInfo
-from kclasync.records import Record
+from kclasync._processor import Checkpointer, ShardInfo
+from kclasync._records import Record
 from kclasync.spark.schema import records_to_arrow
 
 __all__ = ["BatchInfo", "ParquetSink", "ResumableWriter", "SparkProcessor"]

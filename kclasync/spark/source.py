@@ -4,7 +4,7 @@ Owns: the ``DataSource`` and its stream reader: options, offsets in Spark's chec
 batch on the driver (``kclasync.spark.offsets``), one input partition per shard read on the
 executors (``kclasync.spark.fetch``), the progress records that make replays exact
 (``kclasync.spark.progress``), and the optional lease-table positions (``lease_sync``).
-Must not: hold lineage rules of its own (they come from ``kclasync.core.shard_lineage``).
+Must not: hold lineage rules of its own (they come from ``kclasync._core.shard_lineage``).
 
 Spark constructs the reader on the driver and again on the executors, so AWS clients are made
 lazily: on the driver a private event loop keeps one client for the query; on an executor each
@@ -31,10 +31,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from kclasync.adapters.dynamodb import DynamoLeaseStore
-from kclasync.adapters.kinesis import KinesisStreamClient
-from kclasync.core.position import InitialPosition, InitialPositionKind
-from kclasync.core.shard import Shard
+from kclasync._adapters.dynamodb import DynamoLeaseStore
+from kclasync._adapters.kinesis import KinesisStreamClient
+from kclasync._core.position import InitialPosition, InitialPositionKind
+from kclasync._core.shard import Shard
 from kclasync.errors import ConfigError
 from kclasync.spark.fetch import AwsOptions, has_new_records, read_shard
 from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import attrs
 
-from kclasync.adapters.aws import ClientOptions
+from kclasync._adapters.aws import ClientOptions
 
 REGION = "us-east-1"
 

@@ -18,17 +18,17 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kclasync.core.balanced_taker import FROM_VIEW, BalancedLeaseTaker, FromView
-from kclasync.core.expiry import ExpiryTracker
-from kclasync.core.lease import STICKY_PINNED, STICKY_RELEASE, Lease
-from kclasync.core.lease_taker import (
+from kclasync._core.balanced_taker import FROM_VIEW, BalancedLeaseTaker, FromView
+from kclasync._core.expiry import ExpiryTracker
+from kclasync._core.lease import STICKY_PINNED, STICKY_RELEASE, Lease
+from kclasync._core.lease_taker import (
     Kcl2LeaseTaker,
     LeaseTaker,
     TakePlan,
     TakeView,
     is_assignable,
 )
-from kclasync.core.position import Checkpoint
+from kclasync._core.position import Checkpoint
 
 FAILOVER = 10.0
 T0 = 0.0

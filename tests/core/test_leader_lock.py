@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kclasync.core.leader_lock import LeaderLockState, LockAction, LockItem
+from kclasync._core.leader_lock import LeaderLockState, LockAction, LockItem
 
 
 def item(owner: str | None, version: str, duration: float = 10.0, released: bool = False):

@@ -1,4 +1,4 @@
-"""Tests for kclasync.core.shard_lineage.
+"""Tests for kclasync._core.shard_lineage.
 
 Part 1 is the conformance table of kcl-protocol.md section 7 on graph A. Part 2 covers the
 child/gate/auditor functions directly. Part 3 drives everything with random split/merge histories.
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kclasync.adapters.protocols import ChildShard
-from kclasync.core.lease import Lease
-from kclasync.core.position import (
+from kclasync._adapters.protocols import ChildShard
+from kclasync._core.lease import Lease
+from kclasync._core.position import (
     AT_TIMESTAMP,
     LATEST,
     SHARD_END,
@@ -26,8 +26,8 @@ from kclasync.core.position import (
     InitialPosition,
     InitialPositionKind,
 )
-from kclasync.core.shard import MAX_HASH_KEY, HashRange, Shard
-from kclasync.core.shard_lineage import (
+from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
+from kclasync._core.shard_lineage import (
     child_leases_for_finished_parent,
     hash_range_holes,
     parents_finished,

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from kclasync.cli import main
-from kclasync.core.lease import Lease
-from kclasync.core.position import Checkpoint
-from kclasync.demo import DemoSettings, run_demo
+from kclasync._cli import main
+from kclasync._core.lease import Lease
+from kclasync._core.position import Checkpoint
+from kclasync._demo import DemoSettings, run_demo
 from kclasync.testing.emulators import LocalAws
 from tests.support import aws_for
 

@@ -16,10 +16,10 @@ from kclasync import (
     ProcessorFailedError,
     ShardInfo,
 )
-from kclasync.adapters import lease_codec
-from kclasync.core.position import TRIM_HORIZON, Checkpoint
-from kclasync.processor import Checkpointer
-from kclasync.records import Record
+from kclasync._adapters import lease_codec
+from kclasync._core.position import TRIM_HORIZON, Checkpoint
+from kclasync._processor import Checkpointer
+from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws
 from tests.support import RecordingProcessor, Tally, aws_for, fast_config, wait_until
 
@@ -200,7 +200,7 @@ async def test_store_rejects_checkpoint_with_stale_counter(
 ) -> None:
     async with aws_for(moto, unique_name) as aws:
         await aws.store.ensure_table()
-        from kclasync.core.lease import Lease
+        from kclasync._core.lease import Lease
 
         assert await aws.store.create_lease(Lease(key="shard-a"))
         assert not await aws.store.create_lease(Lease(key="shard-a"))

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kclasync.core.kpl import MAGIC, UserRecord, aggregate
-from kclasync.processor import Checkpointer, ShardInfo
-from kclasync.records import Record
+from kclasync._core.kpl import MAGIC, UserRecord, aggregate
+from kclasync._processor import Checkpointer, ShardInfo
+from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws
 from tests.support import aws_for, wait_until
 

@@ -19,11 +19,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer
-from kclasync.core.lease import Lease
-from kclasync.core.shard import Shard
-from kclasync.core.streams import parse_multi_stream_key
-from kclasync.processor import Checkpointer, ShardInfo
-from kclasync.records import Record
+from kclasync._core.lease import Lease
+from kclasync._core.shard import Shard
+from kclasync._core.streams import parse_multi_stream_key
+from kclasync._processor import Checkpointer, ShardInfo
+from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws
 from tests.support import Aws, aws_for, fast_config, wait_until
 

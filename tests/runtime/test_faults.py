@@ -12,14 +12,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
-from kclasync.adapters.memory import (
+from kclasync._adapters.memory import (
     FaultPlan,
     MemoryLeaseStore,
     MemoryLeaseTable,
     MemoryStreamClient,
     OpFaults,
 )
-from kclasync.records import Record
+from kclasync._records import Record
 from tests.support import wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -177,7 +177,7 @@ async def test_unreachable_table_drops_the_lease_after_failover_then_recovers() 
 
 
 async def test_transient_errors_at_start_are_retried() -> None:
-    from kclasync.adapters.protocols import TransientError
+    from kclasync._adapters.protocols import TransientError
 
     class FlakyAtStart(MemoryLeaseStore):
         failures = 2

@@ -7,12 +7,12 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kclasync.adapters.memory import MemoryLeaseStore, MemoryLeaseTable
-from kclasync.core.balanced_taker import BalancedLeaseTaker
-from kclasync.core.lease import Lease
-from kclasync.core.position import Checkpoint
-from kclasync.runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
-from kclasync.runtime.metrics import ConsumerMetrics
+from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
+from kclasync._core.balanced_taker import BalancedLeaseTaker
+from kclasync._core.lease import Lease
+from kclasync._core.position import Checkpoint
+from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
+from kclasync._runtime.metrics import ConsumerMetrics
 
 pytestmark = pytest.mark.asyncio
 
@@ -100,7 +100,7 @@ async def test_reconciled_renewal_is_not_credited_at_the_retry_time() -> None:
     # was lost, then reconciled on the next attempt, must not count as renewed at that later
     # attempt's time; the write that counted was sent earlier, and other workers' expiry clocks
     # started from it.
-    from kclasync.adapters.protocols import TransientError
+    from kclasync._adapters.protocols import TransientError
 
     class LostReply(MemoryLeaseStore):
         lose_next = False

@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from kclasync.adapters.coordinator_state import DynamoCoordinatorState
-from kclasync.adapters.dynamodb import DynamoLeaseStore
-from kclasync.adapters.memory import MemoryCoordinatorState, MemoryLeaseStore, MemoryLeaseTable
-from kclasync.adapters.protocols import CoordinatorStateStore
-from kclasync.core.lease import Lease
-from kclasync.core.position import SHARD_END
-from kclasync.runtime.leader import LeaderElector
+from kclasync._adapters.coordinator_state import DynamoCoordinatorState
+from kclasync._adapters.dynamodb import DynamoLeaseStore
+from kclasync._adapters.memory import MemoryCoordinatorState, MemoryLeaseStore, MemoryLeaseTable
+from kclasync._adapters.protocols import CoordinatorStateStore
+from kclasync._core.lease import Lease
+from kclasync._core.position import SHARD_END
+from kclasync._runtime.leader import LeaderElector
 from kclasync.testing.emulators import LocalAws
 from tests.support import wait_until
 

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
-from kclasync.adapters.memory import (
+from kclasync._adapters.memory import (
     MemoryCoordinatorState,
     MemoryLeaseStore,
     MemoryLeaseTable,

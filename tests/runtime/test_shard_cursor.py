@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from kclasync.adapters.memory import FaultPlan, MemoryStreamClient, OpFaults
-from kclasync.adapters.protocols import IteratorType, StartingPosition, ThrottledError
-from kclasync.runtime.shard_cursor import ShardCursor
+from kclasync._adapters.memory import FaultPlan, MemoryStreamClient, OpFaults
+from kclasync._adapters.protocols import IteratorType, StartingPosition, ThrottledError
+from kclasync._runtime.shard_cursor import ShardCursor
 
 pytestmark = pytest.mark.asyncio
 
@@ -34,7 +34,7 @@ async def test_bounded_attempts_raise_the_last_error_and_count_throttles() -> No
 
 
 async def test_reads_in_order_and_resumes_after_an_expired_iterator() -> None:
-    from kclasync.adapters.protocols import ExpiredIteratorError, GetRecordsResult
+    from kclasync._adapters.protocols import ExpiredIteratorError, GetRecordsResult
 
     class ExpiresEveryOther(MemoryStreamClient):
         calls = 0

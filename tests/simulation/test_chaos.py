@@ -1,7 +1,7 @@
 """Real worker processes against moto's server, with SIGKILL, SIGSTOP/SIGCONT and restarts.
 
 A producer writes (one PutRecords request at a time: moto loses records under concurrent ones)
-while three worker processes (``kclasync.simulation.chaos_worker``) share the stream; for a
+while three worker processes (``kclasync._simulation.chaos_worker``) share the stream; for a
 bounded time a seeded chaos loop kills a worker (and starts a replacement), or stalls one for
 longer than the failover time. Afterwards every produced record was processed, and every record
 processed twice was processed by a worker that was killed or stalled.
@@ -47,7 +47,7 @@ class Fleet:
             [
                 sys.executable,
                 "-m",
-                "kclasync.simulation.chaos_worker",
+                "kclasync._simulation.chaos_worker",
                 "--endpoint-url",
                 self.moto.endpoint_url,
                 "--stream",

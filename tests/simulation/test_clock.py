@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kclasync.simulation.clock import Deadlock, VirtualTimeLoop, WallTimeExceeded, run_virtual
+from kclasync._simulation.clock import Deadlock, VirtualTimeLoop, WallTimeExceeded, run_virtual
 
 
 def test_hours_of_sleeps_pass_instantly_and_in_order() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import attrs
 
-from kclasync.core.lease import Lease
-from kclasync.core.position import SHARD_END, TRIM_HORIZON, Checkpoint
-from kclasync.simulation.invariants import InvariantChecker
+from kclasync._core.lease import Lease
+from kclasync._core.position import SHARD_END, TRIM_HORIZON, Checkpoint
+from kclasync._simulation.invariants import InvariantChecker
 
 F = 10.0
 

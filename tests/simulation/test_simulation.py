@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import attrs
 import pytest
 
-from kclasync.runtime.lease_coordinator import LeaseCoordinator
-from kclasync.simulation import SimulationSettings, format_report, run_simulation
-from kclasync.simulation.faults import ALL_FAULTS
+from kclasync._runtime.lease_coordinator import LeaseCoordinator
+from kclasync._simulation import SimulationSettings, format_report, run_simulation
+from kclasync._simulation.faults import ALL_FAULTS
 
 MODEST = SimulationSettings(workers=6, shards=20, hours=0.2, fault_rate=4.0, faults=ALL_FAULTS)
 

@@ -7,9 +7,9 @@ import pathlib
 
 import pytest
 
-from kclasync.adapters.protocols import ChildShard
-from kclasync.core.position import InitialPosition
-from kclasync.core.shard import HashRange, Shard
+from kclasync._adapters.protocols import ChildShard
+from kclasync._core.position import InitialPosition
+from kclasync._core.shard import HashRange, Shard
 from kclasync.spark.offsets import (
     ShardPosition,
     ShardProgress,

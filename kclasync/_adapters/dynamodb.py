@@ -1,0 +1,440 @@
+"""The lease table on DynamoDB (aiobotocore), with the KCL's fenced conditional writes.
+
+Owns: the DynamoDB calls behind ``LeaseStore`` and the mapping of AWS errors to adapter errors.
+Must not: decide anything about the protocol (which lease to take, when it expires).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kclasync._adapters import lease_codec as c
+from kclasync._adapters.protocols import (
+    LeaseScan,
+    ThrottledError,
+    TransientError,
+    WorkerHeartbeat,
+)
+from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.position import Checkpoint
+
+_THROTTLING = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "LimitExceededException",
+}
+_TRANSIENT = {"InternalServerError", "ServiceUnavailable", "InternalFailure"}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@contextlib.asynccontextmanager
+async def _mapped_errors(operation: str) -> AsyncIterator[None]:
+    try:
+        yield
+    except ClientError as exc:
+        code = _code(exc)
+        if code in _THROTTLING:
+            raise ThrottledError(f"DynamoDB {operation} throttled: {code}") from exc
+        if code in _TRANSIENT:
+            raise TransientError(f"DynamoDB {operation} failed: {code}") from exc
+        raise
+    except (TimeoutError, BotoCoreError, OSError) as exc:
+        raise TransientError(f"DynamoDB {operation} failed: {exc}") from exc
+
+
+def _worker(item: dict[str, Any]) -> WorkerHeartbeat | None:
+    """A registry entry, or None for a typed item of another kind (or a malformed one)."""
+    if item.get(c.ENTITY_TYPE, {}).get("S") != c.WORKER_ENTITY:
+        return None
+    key = item.get(c.LEASE_KEY, {}).get("S", "")
+    beat = item.get(c.HEARTBEAT, {}).get("N")
+    if not key.startswith(c.WORKER_KEY_PREFIX) or beat is None:
+        return None
+    try:
+        return WorkerHeartbeat(key[len(c.WORKER_KEY_PREFIX) :], int(beat))
+    except ValueError:
+        return None
+
+
+async def ensure_table(client: Any, *, timeout: float = 60.0, **create: Any) -> None:
+    """Create a table (``create`` = CreateTable's arguments) unless it exists, then wait until
+    it is ACTIVE. A table another worker is creating at the same moment is waited for."""
+    name = create["TableName"]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        async with _mapped_errors("DescribeTable"):
+            status = (await client.describe_table(TableName=name))["Table"]["TableStatus"]
+    except ClientError as exc:
+        if _code(exc) != "ResourceNotFoundException":
+            raise
+        try:
+            async with _mapped_errors("CreateTable"):
+                status = (await client.create_table(**create))["TableDescription"]["TableStatus"]
+        except ClientError as exc2:
+            if _code(exc2) != "ResourceInUseException":
+                raise
+            status = "CREATING"
+    while status != "ACTIVE":
+        if loop.time() > deadline:
+            raise TransientError(f"table {name} not ACTIVE after {timeout}s")
+        await asyncio.sleep(0.2)
+        async with _mapped_errors("DescribeTable"):
+            status = (await client.describe_table(TableName=name))["Table"]["TableStatus"]
+
+
+class DynamoLeaseStore:
+    """``LeaseStore`` over a DynamoDB table, using a low-level aiobotocore DynamoDB client."""
+
+    def __init__(self, client: Any, table_name: str) -> None:
+        self._client = client
+        self.table_name = table_name
+        #: Calls made, by operation, for metrics and benchmarks.
+        self.calls: dict[str, int] = {}
+
+    def _count(self, op: str) -> None:
+        self.calls[op] = self.calls.get(op, 0) + 1
+
+    # -- table -----------------------------------------------------------------------------
+
+    async def ensure_table(self, timeout: float = 60.0) -> None:
+        self._count("ensure_table")
+        await ensure_table(
+            self._client,
+            TableName=self.table_name,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[
+                {"AttributeName": c.LEASE_KEY, "AttributeType": "S"},
+                {"AttributeName": c.LEASE_OWNER, "AttributeType": "S"},
+            ],
+            KeySchema=[{"AttributeName": c.LEASE_KEY, "KeyType": "HASH"}],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": c.OWNER_INDEX,
+                    "KeySchema": [
+                        {"AttributeName": c.LEASE_OWNER, "KeyType": "HASH"},
+                        {"AttributeName": c.LEASE_KEY, "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                }
+            ],
+            timeout=timeout,
+        )
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def is_empty(self) -> bool:
+        async with _mapped_errors("Scan"):
+            self._count("scan")
+            resp = await self._client.scan(
+                TableName=self.table_name, Limit=1, ConsistentRead=True, Select="COUNT"
+            )
+        return int(resp.get("Count", 0)) == 0 and "LastEvaluatedKey" not in resp
+
+    async def list_leases(self) -> LeaseScan:
+        leases: list[Lease] = []
+        corrupt: list[CorruptLeaseError] = []
+        workers: list[WorkerHeartbeat] = []
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+        while True:
+            async with _mapped_errors("Scan"):
+                self._count("scan")
+                resp = await self._client.scan(**kwargs)
+            for item in resp.get("Items", []):
+                if not c.is_lease_item(item):
+                    worker = _worker(item)
+                    if worker is not None:
+                        workers.append(worker)
+                    continue
+                try:
+                    leases.append(c.item_to_lease(item))
+                except CorruptLeaseError as exc:
+                    corrupt.append(exc)
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                return LeaseScan(tuple(leases), tuple(corrupt), tuple(workers))
+            kwargs["ExclusiveStartKey"] = last
+
+    async def get_lease(self, key: str) -> Lease | None:
+        async with _mapped_errors("GetItem"):
+            self._count("get_item")
+            resp = await self._client.get_item(
+                TableName=self.table_name, Key={c.LEASE_KEY: {"S": key}}, ConsistentRead=True
+            )
+        item = resp.get("Item")
+        return None if item is None else c.item_to_lease(item)
+
+    # -- conditional writes ----------------------------------------------------------------
+
+    async def _update(self, op: str, key: str, **kwargs: Any) -> Lease | None:
+        try:
+            async with _mapped_errors(op):
+                self._count(op)
+                resp = await self._client.update_item(
+                    TableName=self.table_name,
+                    Key={c.LEASE_KEY: {"S": key}},
+                    ReturnValues="ALL_NEW",
+                    **kwargs,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise
+        return c.item_to_lease(resp["Attributes"])
+
+    async def create_lease(self, lease: Lease) -> bool:
+        try:
+            async with _mapped_errors("PutItem"):
+                self._count("create")
+                await self._client.put_item(
+                    TableName=self.table_name,
+                    Item=c.lease_to_item(lease),
+                    ConditionExpression="attribute_not_exists(#k)",
+                    ExpressionAttributeNames={"#k": c.LEASE_KEY},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
+        names = {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER}
+        values: dict[str, Any] = {
+            ":old": {"N": str(lease.counter)},
+            ":new": {"N": str(lease.counter + 1)},
+            ":owner": {"S": lease.owner or ""},
+        }
+        update = "SET #c = :new"
+        if throughput_kbps is not None:
+            names["#t"] = c.THROUGHPUT_KBPS
+            values[":t"] = {"N": repr(float(throughput_kbps))}
+            update += ", #t = :t"
+        return await self._update(
+            "renew",
+            lease.key,
+            UpdateExpression=update,
+            ConditionExpression="#c = :old AND #o = :owner",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    async def take_lease(self, lease: Lease, owner: str) -> Lease | None:
+        return await self._update(
+            "take",
+            lease.key,
+            UpdateExpression=(
+                "SET #c = :new, #o = :me, #s = if_not_exists(#s, :zero) + :one REMOVE #co"
+            ),
+            ConditionExpression="#c = :old",
+            ExpressionAttributeNames={
+                "#c": c.LEASE_COUNTER,
+                "#o": c.LEASE_OWNER,
+                "#s": c.OWNER_SWITCHES,
+                "#co": c.CHECKPOINT_OWNER,
+            },
+            ExpressionAttributeValues={
+                ":old": {"N": str(lease.counter)},
+                ":new": {"N": str(lease.counter + 1)},
+                ":me": {"S": owner},
+                ":zero": {"N": "0"},
+                ":one": {"N": "1"},
+            },
+        )
+
+    async def release_lease(self, lease: Lease) -> Lease | None:
+        return await self._update(
+            "release",
+            lease.key,
+            UpdateExpression="SET #c = #c + :one REMOVE #o",
+            ConditionExpression="#o = :owner",
+            ExpressionAttributeNames={"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER},
+            ExpressionAttributeValues={":owner": {"S": lease.owner or ""}, ":one": {"N": "1"}},
+        )
+
+    async def checkpoint(
+        self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
+    ) -> Lease | None:
+        # DynamoDB rejects names the expressions do not use, so each mode names only its own.
+        names = {"#co": c.CHECKPOINT_OWNER}
+        values: dict[str, Any] = {}
+        if lease.checkpoint_owner is not None:
+            # Handoff: only the old owner named in checkpointOwner writes; counter untouched.
+            condition = "#co = :cowner"
+            values[":cowner"] = {"S": lease.checkpoint_owner}
+            counter_update = ""
+        else:
+            names |= {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER}
+            condition = "#c = :old AND #o = :owner AND attribute_not_exists(#co)"
+            values |= {
+                ":old": {"N": str(lease.counter)},
+                ":new": {"N": str(lease.counter + 1)},
+                ":owner": {"S": lease.owner or ""},
+            }
+            counter_update = "#c = :new, "
+        if pending is not None:
+            names |= {"#p": c.PENDING_CHECKPOINT, "#ps": c.PENDING_CHECKPOINT_SUBSEQ}
+            values |= {":p": {"S": pending.value}, ":ps": {"N": str(pending.sub_sequence)}}
+            update = f"SET {counter_update}#p = :p, #ps = :ps"
+        else:
+            names |= {
+                "#cp": c.CHECKPOINT,
+                "#cs": c.CHECKPOINT_SUBSEQ,
+                "#sw": c.OWNER_SWITCHES,
+                "#p": c.PENDING_CHECKPOINT,
+                "#ps": c.PENDING_CHECKPOINT_SUBSEQ,
+            }
+            values |= {
+                ":cp": {"S": checkpoint.value},
+                ":cs": {"N": str(checkpoint.sub_sequence)},
+                ":zero": {"N": "0"},
+            }
+            update = f"SET {counter_update}#cp = :cp, #cs = :cs, #sw = :zero REMOVE #p, #ps"
+        return await self._update(
+            "checkpoint",
+            lease.key,
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
+        return await self._update(
+            "start_handoff",
+            lease.key,
+            UpdateExpression="SET #o = :new, #co = :old",
+            ConditionExpression="#o = :old AND attribute_not_exists(#co)",
+            ExpressionAttributeNames={"#o": c.LEASE_OWNER, "#co": c.CHECKPOINT_OWNER},
+            ExpressionAttributeValues={
+                ":old": {"S": lease.owner or ""},
+                ":new": {"S": new_owner},
+            },
+        )
+
+    async def finish_handoff(self, lease: Lease) -> Lease | None:
+        return await self._update(
+            "finish_handoff",
+            lease.key,
+            UpdateExpression="SET #c = #c + :one REMOVE #co",
+            ConditionExpression="#o = :new AND #co = :old",
+            ExpressionAttributeNames={
+                "#c": c.LEASE_COUNTER,
+                "#o": c.LEASE_OWNER,
+                "#co": c.CHECKPOINT_OWNER,
+            },
+            ExpressionAttributeValues={
+                ":new": {"S": lease.owner or ""},
+                ":old": {"S": lease.checkpoint_owner or ""},
+                ":one": {"N": "1"},
+            },
+        )
+
+    # -- worker registry ---------------------------------------------------------------------
+
+    async def heartbeat_worker(self, worker_id: str) -> None:
+        async with _mapped_errors("UpdateItem"):
+            self._count("heartbeat_worker")
+            await self._client.update_item(
+                TableName=self.table_name,
+                Key={c.LEASE_KEY: {"S": c.WORKER_KEY_PREFIX + worker_id}},
+                UpdateExpression="SET #e = :w ADD #h :one",
+                ExpressionAttributeNames={"#e": c.ENTITY_TYPE, "#h": c.HEARTBEAT},
+                ExpressionAttributeValues={":w": {"S": c.WORKER_ENTITY}, ":one": {"N": "1"}},
+            )
+
+    async def remove_worker(self, worker_id: str) -> None:
+        async with _mapped_errors("DeleteItem"):
+            self._count("remove_worker")
+            await self._client.delete_item(
+                TableName=self.table_name,
+                Key={c.LEASE_KEY: {"S": c.WORKER_KEY_PREFIX + worker_id}},
+            )
+
+    async def delete_lease(self, lease: Lease) -> bool:
+        try:
+            async with _mapped_errors("DeleteItem"):
+                self._count("delete")
+                await self._client.delete_item(
+                    TableName=self.table_name,
+                    Key={c.LEASE_KEY: {"S": lease.key}},
+                    ConditionExpression="#c = :old",
+                    ExpressionAttributeNames={"#c": c.LEASE_COUNTER},
+                    ExpressionAttributeValues={":old": {"N": str(lease.counter)}},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    async def update_child_shard_ids(
+        self, lease: Lease, child_shard_ids: frozenset[str]
+    ) -> Lease | None:
+        if not child_shard_ids:
+            raise ValueError("childShardIds must not be empty (DynamoDB has no empty sets)")
+        values: dict[str, Any] = {
+            ":old": {"N": str(lease.counter)},
+            ":new": {"N": str(lease.counter + 1)},
+            ":ch": {"SS": sorted(child_shard_ids)},
+        }
+        if lease.owner is None:  # the leader's backfill of an unowned finished lease
+            owner_condition = "attribute_not_exists(#o)"
+        else:
+            owner_condition = "#o = :owner"
+            values[":owner"] = {"S": lease.owner}
+        return await self._update(
+            "child_shards",
+            lease.key,
+            UpdateExpression="SET #c = :new, #ch = :ch",
+            ConditionExpression=f"#c = :old AND {owner_condition}",
+            ExpressionAttributeNames={
+                "#c": c.LEASE_COUNTER,
+                "#o": c.LEASE_OWNER,
+                "#ch": c.CHILD_SHARD_IDS,
+            },
+            ExpressionAttributeValues=values,
+        )
+
+    # -- administration (CLI) --------------------------------------------------------------
+
+    async def set_sticky(self, key: str, value: int | None, worker: str | None = None) -> None:
+        """Set ``Sticky`` (and ``stickyWorker``), or remove both with ``value=None``.
+
+        Administration only: workers never write these attributes. Raises ``KeyError`` for a
+        lease that does not exist.
+        """
+        names = {"#st": c.STICKY, "#sw": c.STICKY_WORKER, "#k": c.LEASE_KEY}
+        kwargs: dict[str, Any] = {}
+        if value is None:
+            update = "REMOVE #st, #sw"
+        elif worker is None:
+            update = "SET #st = :v REMOVE #sw"
+            kwargs["ExpressionAttributeValues"] = {":v": {"N": str(value)}}
+        else:
+            update = "SET #st = :v, #sw = :w"
+            kwargs["ExpressionAttributeValues"] = {":v": {"N": str(value)}, ":w": {"S": worker}}
+        try:
+            async with _mapped_errors("UpdateItem"):
+                self._count("set_sticky")
+                await self._client.update_item(
+                    TableName=self.table_name,
+                    Key={c.LEASE_KEY: {"S": key}},
+                    UpdateExpression=update,
+                    ConditionExpression="attribute_exists(#k)",
+                    ExpressionAttributeNames=names,
+                    **kwargs,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                raise KeyError(f"no lease {key!r} in table {self.table_name}") from None
+            raise

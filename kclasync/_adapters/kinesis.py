@@ -1,0 +1,204 @@
+"""Kinesis Data Streams (aiobotocore) behind ``StreamClient``.
+
+Owns: ListShards paging and filters, GetShardIterator, GetRecords, and the mapping of AWS errors.
+Must not: retry or back off (the runtime decides), or decide anything about leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kclasync._adapters.protocols import (
+    ChildShard,
+    ExpiredIteratorError,
+    GetRecordsResult,
+    ShardFilter,
+    ShardFilterType,
+    ShardNotFoundError,
+    StartingPosition,
+    ThrottledError,
+    TransientError,
+)
+from kclasync._core.shard import HashRange, Shard
+from kclasync._core.streams import StreamIdentity
+from kclasync._records import Record
+from kclasync.errors import StreamNotFoundError
+
+_THROTTLING = {
+    "ProvisionedThroughputExceededException",
+    "LimitExceededException",
+    "ThrottlingException",
+    "KMSThrottlingException",
+}
+_TRANSIENT = {"InternalFailure", "ServiceUnavailable", "InternalServerError"}
+
+
+@contextlib.asynccontextmanager
+async def _mapped_errors(
+    operation: str, stream: str, shard_id: str | None = None
+) -> AsyncIterator[None]:
+    where = f"{stream}/{shard_id}" if shard_id else stream
+    try:
+        yield
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in _THROTTLING:
+            raise ThrottledError(f"Kinesis {operation} on {where} throttled: {code}") from exc
+        if code == "ExpiredIteratorException":
+            raise ExpiredIteratorError(f"iterator for {where} expired") from exc
+        if code == "ResourceNotFoundException":
+            if shard_id is None:
+                raise StreamNotFoundError(stream) from exc
+            raise ShardNotFoundError(f"{where} not found") from exc
+        if code in _TRANSIENT:
+            raise TransientError(f"Kinesis {operation} on {where} failed: {code}") from exc
+        raise
+    except (TimeoutError, BotoCoreError, OSError) as exc:
+        raise TransientError(f"Kinesis {operation} on {where} failed: {exc}") from exc
+
+
+def _shard(raw: dict[str, Any]) -> Shard:
+    hk = raw["HashKeyRange"]
+    seq = raw.get("SequenceNumberRange", {})
+    return Shard(
+        shard_id=raw["ShardId"],
+        parent_shard_id=raw.get("ParentShardId"),
+        adjacent_parent_shard_id=raw.get("AdjacentParentShardId"),
+        hash_range=HashRange.parse(hk["StartingHashKey"], hk["EndingHashKey"]),
+        starting_sequence=seq.get("StartingSequenceNumber", "0"),
+        ending_sequence=seq.get("EndingSequenceNumber"),
+    )
+
+
+class KinesisStreamClient:
+    """``StreamClient`` over a low-level aiobotocore Kinesis client."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls: dict[str, int] = {}
+
+    def _count(self, op: str) -> None:
+        self.calls[op] = self.calls.get(op, 0) + 1
+
+    async def describe_stream(self, stream: str) -> StreamIdentity:
+        async with _mapped_errors("DescribeStreamSummary", stream):
+            self._count("describe_stream_summary")
+            resp = await self._client.describe_stream_summary(StreamName=stream)
+        summary = resp["StreamDescriptionSummary"]
+        # arn:aws:kinesis:<region>:<account>:stream/<name>
+        account = str(summary["StreamARN"]).split(":")[4]
+        created = summary["StreamCreationTimestamp"]
+        return StreamIdentity(account, str(summary["StreamName"]), int(created.timestamp()))
+
+    async def list_shards(
+        self, stream: str, shard_filter: ShardFilter | None = None
+    ) -> list[Shard]:
+        shards: list[Shard] = []
+        kwargs: dict[str, Any] = {"StreamName": stream}
+        if shard_filter is not None:
+            f: dict[str, Any] = {"Type": shard_filter.type.value}
+            if shard_filter.type is ShardFilterType.AT_TIMESTAMP:
+                f["Timestamp"] = shard_filter.timestamp
+            kwargs["ShardFilter"] = f
+        while True:
+            async with _mapped_errors("ListShards", stream):
+                self._count("list_shards")
+                resp = await self._client.list_shards(**kwargs)
+            shards.extend(_shard(raw) for raw in resp.get("Shards", []))
+            token = resp.get("NextToken")
+            if not token:
+                return shards
+            # With a NextToken, ListShards takes neither the stream name nor a filter.
+            kwargs = {"NextToken": token}
+
+    async def get_shard_iterator(
+        self, stream: str, shard_id: str, position: StartingPosition
+    ) -> str:
+        kwargs: dict[str, Any] = {
+            "StreamName": stream,
+            "ShardId": shard_id,
+            "ShardIteratorType": position.type.value,
+        }
+        if position.sequence_number is not None:
+            kwargs["StartingSequenceNumber"] = position.sequence_number
+        if position.timestamp is not None:
+            kwargs["Timestamp"] = position.timestamp
+        async with _mapped_errors("GetShardIterator", stream, shard_id):
+            self._count("get_shard_iterator")
+            resp = await self._client.get_shard_iterator(**kwargs)
+        return str(resp["ShardIterator"])
+
+    async def get_records(
+        self, stream: str, shard_id: str, iterator: str, limit: int
+    ) -> GetRecordsResult:
+        async with _mapped_errors("GetRecords", stream, shard_id):
+            self._count("get_records")
+            resp = await self._client.get_records(ShardIterator=iterator, Limit=limit)
+        records = [
+            Record(
+                data=bytes(raw["Data"]),
+                partition_key=raw["PartitionKey"],
+                sequence_number=raw["SequenceNumber"],
+                shard_id=shard_id,
+                approximate_arrival=raw.get("ApproximateArrivalTimestamp"),
+                stream=stream,
+            )
+            for raw in resp.get("Records", [])
+        ]
+        children = tuple(
+            ChildShard(
+                shard_id=ch["ShardId"],
+                parent_shard_ids=tuple(ch.get("ParentShards", ())),
+                hash_range=HashRange.parse(
+                    ch["HashKeyRange"]["StartingHashKey"], ch["HashKeyRange"]["EndingHashKey"]
+                )
+                if "HashKeyRange" in ch
+                else None,
+            )
+            for ch in resp.get("ChildShards", []) or []
+        )
+        return GetRecordsResult(
+            records=records,
+            next_iterator=resp.get("NextShardIterator"),
+            millis_behind_latest=resp.get("MillisBehindLatest"),
+            child_shards=children,
+        )
+
+    # -- producing (demo, tests and tools; not part of StreamClient) -------------------------
+
+    async def create_stream(self, stream: str, shard_count: int, timeout: float = 30.0) -> None:
+        async with _mapped_errors("CreateStream", stream):
+            await self._client.create_stream(StreamName=stream, ShardCount=shard_count)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            async with _mapped_errors("DescribeStreamSummary", stream):
+                resp = await self._client.describe_stream_summary(StreamName=stream)
+            if resp["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE":
+                return
+            if loop.time() > deadline:
+                raise TransientError(f"stream {stream} not ACTIVE after {timeout}s")
+            await asyncio.sleep(0.1)
+
+    async def put_records(
+        self, stream: str, records: Sequence[tuple[str, bytes]]
+    ) -> list[tuple[str, str] | None]:
+        """Put (partition key, data) pairs; returns (shard id, sequence) or None per record that
+        failed (the caller retries those)."""
+        async with _mapped_errors("PutRecords", stream):
+            resp = await self._client.put_records(
+                StreamName=stream,
+                Records=[{"PartitionKey": pk, "Data": data} for pk, data in records],
+            )
+        out: list[tuple[str, str] | None] = []
+        for entry in resp["Records"]:
+            if "SequenceNumber" in entry and not entry.get("ErrorCode"):
+                out.append((entry["ShardId"], entry["SequenceNumber"]))
+            else:
+                out.append(None)
+        return out

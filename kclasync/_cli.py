@@ -1,0 +1,107 @@
+"""The ``kclasync`` command: ``demo`` and ``leases``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from kclasync._adapters.aws import ClientOptions
+from kclasync._simulation import cli as simulation_cli
+
+
+def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("leases", help="print an application's lease table")
+    p.add_argument("--application", "-a", required=True, help="application (lease table) name")
+    p.add_argument("--table", help="lease table name, if not the application name")
+    p.add_argument("--endpoint-url", help="DynamoDB endpoint (for local emulators)")
+    p.add_argument("--region", help="AWS region")
+
+
+def _sticky_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "sticky",
+        help="pin a lease (Sticky=10), release it (20: nobody takes it), or unpin it",
+    )
+    p.add_argument("action", choices=["pin", "release", "unpin"])
+    p.add_argument("lease", help="lease key (the shard id, in single-stream mode)")
+    p.add_argument("--application", "-a", required=True, help="application (lease table) name")
+    p.add_argument("--worker", help="with pin: the worker the lease is pinned to")
+    p.add_argument("--table", help="lease table name, if not the application name")
+    p.add_argument("--endpoint-url", help="DynamoDB endpoint (for local emulators)")
+    p.add_argument("--region", help="AWS region")
+
+
+def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run producers and several workers against an in-process AWS emulator",
+    )
+    p.add_argument("--shards", type=int, default=4, help="shards in the demo stream (4)")
+    p.add_argument("--workers", type=int, default=3, help="workers sharing the stream (3)")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of producing (30)")
+    p.add_argument("--rate", type=int, default=400, help="records produced per second (400)")
+    p.add_argument("--backlog", type=int, default=20000, help="records written before start")
+    p.add_argument("--failover", type=float, default=3.0, help="lease failover time, s (3)")
+    p.add_argument("--no-crash", action="store_true", help="do not crash a worker midway")
+    p.add_argument("--plain", action="store_true", help="no screen redraws, just lines")
+    p.add_argument("--verbose", "-v", action="store_true", help="log what the workers do")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kclasync", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _demo_parser(sub)
+    _leases_parser(sub)
+    _sticky_parser(sub)
+    simulation_cli.add_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "simulate":
+        return simulation_cli.run(args)
+    if args.command == "demo":
+        from kclasync._demo import DemoSettings, run_demo
+
+        logging.basicConfig(
+            level=logging.INFO if args.verbose else logging.ERROR,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        # The embedded emulator's request log and its internal errors (it occasionally answers
+        # 500 under concurrent use; the workers retry) are noise here.
+        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+        try:
+            settings = DemoSettings(
+                shards=args.shards,
+                workers=args.workers,
+                duration=args.duration,
+                rate=args.rate,
+                backlog=args.backlog,
+                failover=args.failover,
+                crash=not args.no_crash,
+                live=(not args.plain) and sys.stdout.isatty(),
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+        return asyncio.run(run_demo(settings))
+    if args.command == "leases":
+        from kclasync._lease_view import print_lease_table
+
+        options = ClientOptions(endpoint_url=args.endpoint_url, region_name=args.region)
+        return asyncio.run(print_lease_table(options, args.table or args.application))
+    if args.command == "sticky":
+        if args.worker and args.action != "pin":
+            parser.error("--worker goes with pin")
+        from kclasync._lease_view import set_sticky
+
+        options = ClientOptions(endpoint_url=args.endpoint_url, region_name=args.region)
+        value = {"pin": 10, "release": 20, "unpin": None}[args.action]
+        return asyncio.run(
+            set_sticky(options, args.table or args.application, args.lease, value, args.worker)
+        )
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

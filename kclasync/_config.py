@@ -1,0 +1,198 @@
+"""Consumer configuration, with the Java KCL's defaults and validation that names the bad field."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from kclasync._core.position import InitialPosition
+from kclasync.errors import ConfigError
+
+
+class ProcessorErrorPolicy(str, enum.Enum):
+    """What happens when a processor keeps raising on a batch after every retry.
+
+    ``FAIL``: the consumer stops. ``run()`` raises ``ProcessorFailedError``; the failing shard's
+    lease is released without a checkpoint past the failed batch, the other shards are shut down
+    gracefully (``shutdown_requested``, checkpoint, release), so another worker or a restart
+    retries from the last checkpoint.
+    ``RELEASE_SHARD``: only the failing shard stops. Its lease is released uncheckpointed and this
+    worker does not take that lease again for ``failed_shard_backoff`` seconds; the failure is
+    logged and counted in ``kclasync_processor_failures_total``. Other shards carry on.
+    """
+
+    FAIL = "fail"
+    RELEASE_SHARD = "release_shard"
+
+
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(attribute.name, f"must be a number, got {value!r}")
+    if value <= 0:
+        raise ConfigError(attribute.name, f"must be greater than 0, got {value!r}")
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(attribute.name, f"must be a number, got {value!r}")
+    if value < 0:
+        raise ConfigError(attribute.name, f"must not be negative, got {value!r}")
+
+
+def _whole(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(attribute.name, f"must be a whole number, got {value!r}")
+
+
+def _initial_position(value: Any) -> InitialPosition:
+    if isinstance(value, InitialPosition):
+        return value
+    if isinstance(value, str):
+        try:
+            return InitialPosition.parse(value)
+        except ValueError as exc:
+            raise ConfigError("initial_position", str(exc)) from None
+    raise ConfigError("initial_position", f"must be an InitialPosition or a string, got {value!r}")
+
+
+class LeaseTakerKind(str, enum.Enum):
+    BALANCED = "balanced"
+    KCL2 = "kcl2"
+
+
+def _taker_kind(value: Any) -> LeaseTakerKind:
+    try:
+        return LeaseTakerKind(value)
+    except ValueError:
+        raise ConfigError("lease_taker", "must be 'balanced' or 'kcl2'") from None
+
+
+def _error_policy(value: Any) -> ProcessorErrorPolicy:
+    try:
+        return ProcessorErrorPolicy(value)
+    except ValueError:
+        choices = ", ".join(p.value for p in ProcessorErrorPolicy)
+        raise ConfigError("processor_error_policy", f"must be one of {choices}") from None
+
+
+@attrs.frozen(kw_only=True)
+class ConsumerConfig:
+    """Tuning for one consumer. Times are in seconds. Defaults match the Java KCL's."""
+
+    #: A lease whose counter has not moved for this long is expired (KCL failoverTimeMillis).
+    failover_time: float = attrs.field(default=10.0, validator=_positive)
+    #: Slack subtracted from the renewal period and added to the taker period.
+    epsilon: float = attrs.field(default=0.025, validator=_non_negative)
+    #: Where leases created on an empty table start.
+    initial_position: InitialPosition = attrs.field(
+        default=InitialPosition.latest(), converter=_initial_position
+    )
+    #: At most this many leases per worker (None: unlimited).
+    max_leases_for_worker: int | None = attrs.field(default=None, validator=[_whole, _positive])
+    #: How leases are spread: ``balanced`` (batch stealing over the worker registry: balanced in
+    #: one round, moves handed over gracefully) or ``kcl2`` (the Java KCL 2.x rules).
+    lease_taker: LeaseTakerKind = attrs.field(
+        default=LeaseTakerKind.BALANCED, converter=_taker_kind
+    )
+    #: At most this many leases stolen by one worker in one round (None: no limit; the Java
+    #: KCL's maxLeasesToStealAtOneTime is 1).
+    max_leases_to_steal: int | None = attrs.field(default=None, validator=[_whole, _positive])
+    #: Planned moves hand the lease over (the old owner finishes its batch and checkpoints
+    #: first) instead of cutting the old owner off.
+    graceful_handoff: bool = True
+    #: How long a new owner waits for the old one to finish a handoff before forcing it
+    #: (KCL gracefulLeaseHandoffTimeoutMillis).
+    handoff_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: A worker whose registry heartbeat stood still this long no longer counts as live
+    #: (None: the failover time).
+    worker_timeout: float | None = attrs.field(default=None, validator=_positive)
+    #: How often the stream's shard list is compared with the lease table.
+    shard_sync_interval: float = attrs.field(default=60.0, validator=_positive)
+    #: How often a child shard's worker checks whether its parents are finished.
+    parent_shard_poll_interval: float = attrs.field(default=10.0, validator=_positive)
+    #: GetRecords Limit (1..10000).
+    max_records: int = attrs.field(default=10000, validator=[_whole, _positive])
+    #: Pause after a GetRecords call that returned nothing while caught up.
+    idle_time_between_reads: float = attrs.field(default=1.5, validator=_positive)
+    #: Pause between GetRecords calls that returned records (AWS allows 5 calls/s per shard).
+    min_time_between_reads: float = attrs.field(default=0.2, validator=_non_negative)
+    #: Batches buffered between a shard's fetcher and its processor; a full queue stops the fetcher.
+    max_queued_batches: int = attrs.field(default=3, validator=[_whole, _positive])
+    #: First backoff after a throttling error; doubles up to ``max_backoff``.
+    throttle_backoff: float = attrs.field(default=0.5, validator=_positive)
+    max_backoff: float = attrs.field(default=10.0, validator=_positive)
+    #: Retries of a batch whose processor raised, before ``processor_error_policy`` applies.
+    processor_retries: int = attrs.field(default=3, validator=[_whole, _non_negative])
+    #: First backoff between processor retries; doubles each time.
+    processor_retry_backoff: float = attrs.field(default=1.0, validator=_non_negative)
+    processor_error_policy: ProcessorErrorPolicy = attrs.field(
+        default=ProcessorErrorPolicy.FAIL, converter=_error_policy
+    )
+    #: With RELEASE_SHARD: how long this worker leaves a shard alone after giving it up.
+    failed_shard_backoff: float = attrs.field(default=60.0, validator=_positive)
+    #: How long ``stop()`` waits for processors to finish their batch and checkpoint.
+    shutdown_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: How often the taker scans the table. None: failover + epsilon, so that a dead worker's
+    #: leases are taken within about 2 x failover (the Java KCL scans every 2 x (failover +
+    #: epsilon), which can take up to 4 x failover; set that value to match it exactly).
+    lease_taker_interval: float | None = attrs.field(default=None, validator=_positive)
+    #: Delete a lease at SHARD_END once every child lease exists and has started (see
+    #: ``kclasync._core.lease_cleanup``). Off: finished leases stay in the table.
+    cleanup_leases_upon_shard_completion: bool = attrs.field(default=True)
+    #: A finished lease is deleted no earlier than this long after it was first seen deletable.
+    lease_cleanup_delay: float = attrs.field(default=60.0, validator=_non_negative)
+    #: How often the leader looks for finished leases to delete.
+    lease_cleanup_interval: float = attrs.field(default=60.0, validator=_positive)
+    #: The leader lock's lease: another worker takes the lock over once it has seen it unchanged
+    #: for this long (KCL 3.x: 120 s).
+    leader_lock_duration: float = attrs.field(default=120.0, validator=_positive)
+    #: How often the lock is read, and renewed by its holder (KCL 3.x: 30 s).
+    leader_heartbeat_interval: float = attrs.field(default=30.0, validator=_positive)
+    #: How often the leader checks the hash-key space covered by leases for holes.
+    lease_audit_interval: float = attrs.field(default=120.0, validator=_positive)
+    #: Consecutive audits that must find a hole before the leader runs a shard sync.
+    lease_audit_threshold: int = attrs.field(default=3, validator=[_whole, _positive])
+    #: Multi-stream: a stream that left the list has its leases deleted after this long.
+    removed_stream_grace: float = attrs.field(default=3600.0, validator=_non_negative)
+    #: Leases are unique per worker id; None picks ``host:pid:random``.
+    worker_id: str | None = None
+    #: Lease table name; None means the application name (as the KCL does).
+    table_name: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_records > 10000:
+            raise ConfigError("max_records", f"must be at most 10000, got {self.max_records}")
+        if self.worker_id is not None and not self.worker_id.strip():
+            raise ConfigError("worker_id", "must not be empty")
+        if self.epsilon * 3 >= self.failover_time:
+            raise ConfigError("epsilon", "must be well below failover_time / 3")
+        if self.throttle_backoff > self.max_backoff:
+            raise ConfigError("throttle_backoff", "must not exceed max_backoff")
+        if self.leader_heartbeat_interval >= self.leader_lock_duration:
+            raise ConfigError(
+                "leader_heartbeat_interval", "must be shorter than leader_lock_duration"
+            )
+        if not isinstance(self.cleanup_leases_upon_shard_completion, bool):
+            raise ConfigError("cleanup_leases_upon_shard_completion", "must be True or False")
+
+    @property
+    def effective_worker_timeout(self) -> float:
+        return self.worker_timeout if self.worker_timeout is not None else self.failover_time
+
+    @property
+    def renewer_interval(self) -> float:
+        """How often held leases are renewed: failover / 3 - epsilon."""
+        return self.failover_time / 3 - self.epsilon
+
+    @property
+    def taker_interval(self) -> float:
+        """How often the taker scans and takes (``lease_taker_interval`` or failover + epsilon)."""
+        if self.lease_taker_interval is not None:
+            return self.lease_taker_interval
+        return self.failover_time + self.epsilon

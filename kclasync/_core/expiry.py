@@ -1,0 +1,75 @@
+"""Lease expiry judged on this worker's own clock.
+
+Workers do not share clocks. Each one remembers, per lease, the last ``leaseCounter`` it saw and
+the local time at which it saw that counter change. A lease is expired when the counter has not
+moved for longer than the failover time. A lease first seen without an owner is available at
+once; a lease first seen with an owner gets a full failover period before it counts as expired.
+
+Owns: that bookkeeping. Must not: read a clock (``now`` is always passed in) or do I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from kclasync._core.lease import Lease
+
+# Stamp for a lease that has been available since before this worker looked.
+NEVER = float("-inf")
+
+
+@attrs.define
+class _Seen:
+    counter: int
+    owner: str | None
+    stamp: float
+
+
+@attrs.define
+class ExpiryTracker:
+    """Remembers when each lease's counter last changed, in this worker's clock."""
+
+    failover_time: float
+    _seen: dict[str, _Seen] = attrs.field(factory=dict, init=False)
+
+    def observe(self, leases: Iterable[Lease], now: float) -> None:
+        """Record a full scan of the table taken at ``now``. Forgets leases no longer present."""
+        present: set[str] = set()
+        for lease in leases:
+            present.add(lease.key)
+            self.observe_one(lease, now)
+        for key in list(self._seen):
+            if key not in present:
+                del self._seen[key]
+
+    def observe_one(self, lease: Lease, now: float) -> None:
+        seen = self._seen.get(lease.key)
+        if seen is None:
+            stamp = NEVER if lease.owner is None else now
+            self._seen[lease.key] = _Seen(lease.counter, lease.owner, stamp)
+        elif seen.counter != lease.counter or seen.owner != lease.owner:
+            seen.counter = lease.counter
+            seen.owner = lease.owner
+            seen.stamp = NEVER if lease.owner is None else now
+
+    def last_change(self, key: str) -> float | None:
+        seen = self._seen.get(key)
+        return None if seen is None else seen.stamp
+
+    def is_expired(self, lease: Lease, now: float) -> bool:
+        """True for an unowned lease, or an owned one whose counter stood still too long."""
+        if lease.owner is None:
+            return True
+        seen = self._seen.get(lease.key)
+        if seen is None or seen.counter != lease.counter:
+            return False
+        return now - seen.stamp > self.failover_time
+
+    def idle_for(self, lease: Lease, now: float) -> float:
+        """Seconds since the counter last moved (infinite for an unowned lease)."""
+        seen = self._seen.get(lease.key)
+        if lease.owner is None or seen is None:
+            return float("inf") if lease.owner is None else 0.0
+        return now - seen.stamp

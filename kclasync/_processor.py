@@ -1,0 +1,158 @@
+"""The record-processor contract (the KCL's ShardRecordProcessor, in asyncio) and the checkpointer.
+
+A processor is either
+
+* an object with async ``initialize / process_records / lease_lost / shard_ended /
+  shutdown_requested`` methods, one instance per shard (pass its class, or any zero-argument
+  factory, as ``Consumer(processor=...)``), or
+* a single ``async def handle(records)``; kclasync checkpoints after every batch it returns from.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from kclasync._core.position import Checkpoint
+from kclasync._records import Record
+
+
+@attrs.frozen
+class ShardInfo:
+    """What a processor is told about the shard it was given."""
+
+    stream: str
+    shard_id: str
+    lease_key: str
+    #: Where reading starts: the lease's checkpoint when the processor was initialized.
+    starting_checkpoint: Checkpoint
+    parent_shard_ids: frozenset[str] = frozenset()
+
+
+class Checkpointer(Protocol):
+    """Writes checkpoints for one shard, fenced by the lease counter."""
+
+    @property
+    def shard_id(self) -> str: ...
+
+    @property
+    def last_checkpoint(self) -> Checkpoint: ...
+
+    @property
+    def last_delivered(self) -> Checkpoint | None: ...
+
+    async def checkpoint(
+        self, sequence_number: str | None = None, sub_sequence_number: int = 0
+    ) -> None:
+        """Checkpoint at the given record, or at the last record delivered when called bare.
+
+        Raises ``InvalidCheckpointError`` if the position is before the current checkpoint or
+        beyond the last delivered record, ``LeaseLostError`` if this worker no longer holds
+        the lease (another worker's checkpoints win), ``ThrottledError``/``TransientError`` if
+        the table could not be reached after retries (safe to call again).
+        """
+
+    async def checkpoint_shard_end(self) -> None:
+        """Inside ``shard_ended``: record that the whole shard is processed."""
+
+    async def prepare_checkpoint(
+        self, sequence_number: str | None = None, sub_sequence_number: int = 0
+    ) -> None:
+        """Write only the pending (two-phase) checkpoint; ``checkpoint()`` commits it."""
+
+
+@runtime_checkable
+class RecordProcessor(Protocol):
+    async def initialize(self, shard: ShardInfo) -> None: ...
+
+    async def process_records(
+        self,
+        records: Sequence[Record],
+        checkpointer: Checkpointer,
+        millis_behind_latest: int | None,
+    ) -> None: ...
+
+    async def lease_lost(self) -> None:
+        """Another worker owns the shard now; checkpointing is no longer possible."""
+
+    async def shard_ended(self, checkpointer: Checkpointer) -> None:
+        """Every record of the shard was delivered; must call ``checkpoint_shard_end()``."""
+
+    async def shutdown_requested(self, checkpointer: Checkpointer) -> None:
+        """This worker is stopping and still holds the lease: checkpoint now for a clean handoff."""
+
+
+Handler = Callable[[Sequence[Record]], Awaitable[None]]
+ProcessorFactory = Callable[[], RecordProcessor]
+
+
+class HandlerProcessor:
+    """Adapts ``async def handle(records)``: checkpoints after every batch that returns."""
+
+    def __init__(self, handle: Handler) -> None:
+        self._handle = handle
+
+    async def initialize(self, shard: ShardInfo) -> None:
+        return None
+
+    async def process_records(
+        self,
+        records: Sequence[Record],
+        checkpointer: Checkpointer,
+        millis_behind_latest: int | None,
+    ) -> None:
+        await self._handle(records)
+        await checkpointer.checkpoint()
+
+    async def lease_lost(self) -> None:
+        return None
+
+    async def shard_ended(self, checkpointer: Checkpointer) -> None:
+        await checkpointer.checkpoint_shard_end()
+
+    async def shutdown_requested(self, checkpointer: Checkpointer) -> None:
+        if checkpointer.last_delivered is not None and (
+            checkpointer.last_delivered != checkpointer.last_checkpoint
+        ):
+            await checkpointer.checkpoint()
+
+
+def processor_factory(processor: object) -> ProcessorFactory:
+    """Turn what the user passed as ``processor=`` into a per-shard factory."""
+    is_async_callable = (
+        callable(processor)
+        and not isinstance(processor, type)
+        and inspect.iscoroutinefunction(processor.__call__)
+    )
+    if inspect.iscoroutinefunction(processor) or is_async_callable:
+        handle: Handler = processor  # type: ignore[assignment]
+
+        def make_handler() -> RecordProcessor:
+            return HandlerProcessor(handle)
+
+        return make_handler
+    if isinstance(processor, RecordProcessor) and not isinstance(processor, type):
+        raise TypeError(
+            "processor= got a processor instance; pass its class or a zero-argument factory, "
+            "so that every shard gets its own instance"
+        )
+    if callable(processor):
+        factory = processor
+
+        def make() -> RecordProcessor:
+            made = factory()
+            if not isinstance(made, RecordProcessor):
+                raise TypeError(
+                    f"processor factory returned {made!r}, which lacks the async methods "
+                    "initialize/process_records/lease_lost/shard_ended/shutdown_requested"
+                )
+            return made
+
+        return make
+    raise TypeError(
+        "processor= must be an `async def handle(records)` function, or a class/factory of "
+        f"objects with the record-processor methods; got {processor!r}"
+    )

@@ -1,0 +1,377 @@
+"""One owned shard: fetcher -> bounded queue -> processor -> fenced checkpoints.
+
+Owns: reading a shard from its checkpoint (iterator handling, idle and throttling backoff, expired
+iterator recovery), backpressure towards the fetcher, calling the processor with retries, and the
+shard-end and shutdown hand-offs. The supervisor (``Consumer``) cancels the pipeline the moment the
+lease is lost.
+Must not: decide lease ownership, or read any clock but the event loop's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+import attrs
+
+from kclasync._adapters.protocols import (
+    ChildShard,
+    IteratorType,
+    ShardNotFoundError,
+    StartingPosition,
+    StreamClient,
+)
+from kclasync._config import ConsumerConfig
+from kclasync._core.checkpoint_rules import validate_checkpoint
+from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
+from kclasync._core.position import SHARD_END, Checkpoint, InitialPositionKind, Sentinel
+from kclasync._processor import RecordProcessor, ShardInfo
+from kclasync._records import Record
+from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
+from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.shard_cursor import ShardCursor
+from kclasync.errors import (
+    ConfigError,
+    InvalidCheckpointError,
+    LeaseLostError,
+    ProcessorFailedError,
+    ShutdownCheckpointError,
+)
+
+log = logging.getLogger("kclasync.shard")
+
+
+class ShardOutcome(enum.Enum):
+    ENDED = "ended"  # SHARD_END checkpointed
+    SHUTDOWN = "shutdown"  # stopped on request after shutdown_requested
+
+
+@attrs.frozen
+class _Batch:
+    records: Sequence[Record]
+    millis_behind_latest: int | None
+
+
+@attrs.frozen
+class _End:
+    child_shards: tuple[ChildShard, ...]
+
+
+class ShardCheckpointer:
+    """The ``Checkpointer`` handed to a shard's processor."""
+
+    def __init__(
+        self, coordinator: LeaseCoordinator, held: HeldLease, on_write: Callable[[], None]
+    ):
+        self._coordinator = coordinator
+        self._key = held.key
+        self._shard_id = held.lease.shard_id
+        self._last_checkpoint = held.lease.checkpoint
+        self._on_write = on_write
+        self.last_delivered_position: Checkpoint | None = None
+        self.shard_end_reached = False
+
+    @property
+    def shard_id(self) -> str:
+        return self._shard_id
+
+    @property
+    def last_checkpoint(self) -> Checkpoint:
+        return self._last_checkpoint
+
+    @property
+    def last_delivered(self) -> Checkpoint | None:
+        return self.last_delivered_position
+
+    def _target(self, sequence_number: str | None, sub_sequence_number: int) -> Checkpoint:
+        if sequence_number is None:
+            if self.last_delivered_position is None:
+                raise InvalidCheckpointError(
+                    f"cannot checkpoint shard {self._shard_id}: no record has been delivered yet"
+                )
+            return self.last_delivered_position
+        try:
+            return Checkpoint(str(sequence_number), sub_sequence_number)
+        except ValueError as exc:
+            raise InvalidCheckpointError(
+                f"cannot checkpoint shard {self._shard_id}: {exc}"
+            ) from None
+
+    async def checkpoint(
+        self, sequence_number: str | None = None, sub_sequence_number: int = 0
+    ) -> None:
+        target = validate_checkpoint(
+            self._target(sequence_number, sub_sequence_number),
+            current=self._last_checkpoint,
+            last_delivered=self.last_delivered_position,
+            shard_end_reached=self.shard_end_reached,
+        )
+        if target == self._last_checkpoint:
+            return
+        written = await self._coordinator.checkpoint(self._key, target)
+        self._last_checkpoint = written.checkpoint
+        self._on_write()
+
+    async def checkpoint_shard_end(self) -> None:
+        validate_checkpoint(
+            SHARD_END,
+            current=self._last_checkpoint,
+            last_delivered=self.last_delivered_position,
+            shard_end_reached=self.shard_end_reached,
+        )
+        written = await self._coordinator.checkpoint(self._key, SHARD_END)
+        self._last_checkpoint = written.checkpoint
+        self._on_write()
+
+    async def prepare_checkpoint(
+        self, sequence_number: str | None = None, sub_sequence_number: int = 0
+    ) -> None:
+        target = validate_checkpoint(
+            self._target(sequence_number, sub_sequence_number),
+            current=self._last_checkpoint,
+            last_delivered=self.last_delivered_position,
+            shard_end_reached=self.shard_end_reached,
+        )
+        await self._coordinator.checkpoint(self._key, self._last_checkpoint, pending=target)
+
+
+def starting_position(checkpoint: Checkpoint, config: ConsumerConfig) -> StartingPosition | None:
+    """Where to read from for a lease's checkpoint (None: the shard is finished)."""
+    sentinel = checkpoint.sentinel
+    if sentinel is None:
+        # AT the checkpointed record: the fetcher skips every (sequence, sub-sequence) up to the
+        # checkpoint, which resumes correctly inside a KPL-aggregated record too.
+        return StartingPosition(IteratorType.AT_SEQUENCE_NUMBER, checkpoint.value)
+    if sentinel is Sentinel.SHARD_END:
+        return None
+    if sentinel is Sentinel.TRIM_HORIZON:
+        return StartingPosition(IteratorType.TRIM_HORIZON)
+    if sentinel is Sentinel.LATEST:
+        return StartingPosition(IteratorType.LATEST)
+    if config.initial_position.kind is not InitialPositionKind.AT_TIMESTAMP:
+        raise ConfigError(
+            "initial_position",
+            "a lease is checkpointed at AT_TIMESTAMP but no timestamp is configured",
+        )
+    return StartingPosition(IteratorType.AT_TIMESTAMP, timestamp=config.initial_position.timestamp)
+
+
+class ShardConsumer:
+    def __init__(
+        self,
+        *,
+        held: HeldLease,
+        stream: str,
+        stream_client: StreamClient,
+        coordinator: LeaseCoordinator,
+        processor: RecordProcessor,
+        config: ConsumerConfig,
+        metrics: ConsumerMetrics,
+        labels: tuple[str, str],
+        on_shard_end: Callable[[HeldLease, tuple[ChildShard, ...]], Awaitable[None]],
+        wait_for_parents: Callable[[HeldLease], Awaitable[None]],
+    ) -> None:
+        self.held = held
+        self.stream = stream
+        self.shard_id = held.lease.shard_id
+        self.client = stream_client
+        self.coordinator = coordinator
+        self.processor = processor
+        self.config = config
+        self.metrics = metrics
+        labels4 = (*labels, stream, self.shard_id)
+        self._labels = labels4
+        self._labels2 = labels
+        self._on_shard_end = on_shard_end
+        self._wait_for_parents = wait_for_parents
+        self._queue: asyncio.Queue[_Batch | _End] = asyncio.Queue(config.max_queued_batches)
+        self._shutdown = asyncio.Event()
+        self.checkpointer = ShardCheckpointer(
+            coordinator, held, lambda: metrics.checkpoints.labels(*labels4).inc()
+        )
+        self.initialized = False
+        #: Positions at or below this were processed before (the starting checkpoint).
+        self._skip_upto: tuple[int, int] | None = None
+
+    def request_shutdown(self) -> None:
+        """Finish the batch in flight, then call ``shutdown_requested`` and return."""
+        self._shutdown.set()
+
+    async def run(self) -> ShardOutcome:
+        await self._wait_for_parents(self.held)
+        start = self.held.lease.checkpoint
+        position = starting_position(start, self.config)
+        await self.processor.initialize(
+            ShardInfo(
+                stream=self.stream,
+                shard_id=self.shard_id,
+                lease_key=self.held.key,
+                starting_checkpoint=start,
+                parent_shard_ids=self.held.lease.parent_shard_ids,
+            )
+        )
+        self.initialized = True
+        if position is None:
+            return await self._end_of_shard(_End(()))
+        self._skip_upto = start.key() if start.is_sequence else None
+        fetcher = asyncio.create_task(self._fetch(position), name=f"fetch {self.shard_id}")
+        try:
+            while True:
+                item = await self._next(fetcher)
+                if item is None:
+                    break
+                if isinstance(item, _End):
+                    return await self._end_of_shard(item)
+                await self._deliver(item)
+                if self._shutdown.is_set():
+                    break
+        finally:
+            fetcher.cancel()
+            await asyncio.gather(fetcher, return_exceptions=True)
+        await self.processor.shutdown_requested(self.checkpointer)
+        return ShardOutcome.SHUTDOWN
+
+    async def _next(self, fetcher: asyncio.Task[None]) -> _Batch | _End | None:
+        if self._shutdown.is_set():
+            return None
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        getter = asyncio.ensure_future(self._queue.get())
+        stopper = asyncio.ensure_future(self._shutdown.wait())
+        try:
+            await asyncio.wait({getter, stopper, fetcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not getter.done():
+                getter.cancel()
+        if getter.done() and not getter.cancelled():
+            return getter.result()
+        if fetcher.done() and not fetcher.cancelled() and fetcher.exception() is not None:
+            raise fetcher.exception()  # type: ignore[misc]
+        return None
+
+    async def _deliver(self, batch: _Batch) -> None:
+        # After a stall (a long GC pause, a blocked loop) batches may be queued for a lease this
+        # worker has not renewed within the failover time; another worker may own it by now, so
+        # none of them may start (found by the simulation: seed 1, see docs/simulation.md).
+        self.coordinator._check_stale(self.held)
+        if self.held.lost:
+            raise LeaseLostError(self.held.key, "not renewed within the failover time")
+        records = batch.records
+        last = records[-1]
+        self.checkpointer.last_delivered_position = Checkpoint(
+            last.sequence_number, last.sub_sequence_number
+        )
+        attempt = 0
+        while True:
+            try:
+                await self.processor.process_records(
+                    records, self.checkpointer, batch.millis_behind_latest
+                )
+                break
+            except (LeaseLostError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                self.metrics.processor_errors.labels(*self._labels).inc()
+                attempt += 1
+                if attempt > self.config.processor_retries:
+                    self.metrics.processor_failures.labels(*self._labels).inc()
+                    raise ProcessorFailedError(
+                        self.shard_id, records[0].sequence_number, last.sequence_number, attempt
+                    ) from exc
+                delay = self.config.processor_retry_backoff * 2 ** (attempt - 1)
+                log.warning(
+                    "processor raised on shard %s (attempt %d of %d), retrying in %.2fs: %r",
+                    self.shard_id,
+                    attempt,
+                    self.config.processor_retries + 1,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+        self.metrics.records.labels(*self._labels).inc(len(records))
+        self.metrics.bytes.labels(*self._labels).inc(sum(len(r.data) for r in records))
+
+    async def _end_of_shard(self, end: _End) -> ShardOutcome:
+        self.checkpointer.shard_end_reached = True
+        if not self.checkpointer.last_checkpoint.is_shard_end:
+            await self.processor.shard_ended(self.checkpointer)
+            if not self.checkpointer.last_checkpoint.is_shard_end:
+                raise ShutdownCheckpointError(
+                    f"the processor of shard {self.shard_id} returned from shard_ended without "
+                    "calling checkpointer.checkpoint_shard_end(); the shard stays open and "
+                    "its children wait"
+                )
+        await self._on_shard_end(self.held, end.child_shards)
+        return ShardOutcome.ENDED
+
+    # -- fetching --------------------------------------------------------------------------
+
+    def _expand(self, fetched: Sequence[Record]) -> list[Record]:
+        """De-aggregate KPL records and drop what the starting checkpoint already covers."""
+        out: list[Record] = []
+        for record in fetched:
+            if is_aggregated(record.data):
+                try:
+                    users = deaggregate(record.data)
+                except KplFormatError as exc:
+                    self.metrics.malformed_aggregates.labels(*self._labels).inc()
+                    log.warning(
+                        "record %s on shard %s has the KPL magic bytes but is malformed (%s); "
+                        "delivering it as one ordinary record",
+                        record.sequence_number,
+                        self.shard_id,
+                        exc,
+                    )
+                    out.append(record)
+                    continue
+                out.extend(
+                    attrs.evolve(
+                        record,
+                        data=user.data,
+                        partition_key=user.partition_key,
+                        sub_sequence_number=index,
+                    )
+                    for index, user in enumerate(users)
+                )
+            else:
+                out.append(record)
+        if self._skip_upto is not None and fetched:
+            skip = self._skip_upto
+            out = [r for r in out if (int(r.sequence_number), r.sub_sequence_number) > skip]
+            if int(fetched[-1].sequence_number) > skip[0]:
+                self._skip_upto = None  # past the checkpointed record: nothing more to skip
+        return out
+
+    async def _fetch(self, position: StartingPosition) -> None:
+        cfg = self.config
+        cursor = ShardCursor(
+            self.client,
+            self.stream,
+            self.shard_id,
+            position,
+            backoff=cfg.throttle_backoff,
+            max_backoff=cfg.max_backoff,
+            on_throttle=self.metrics.throttles.labels(*self._labels2, "kinesis").inc,
+        )
+        while True:
+            try:
+                result = await cursor.next(cfg.max_records)
+            except ShardNotFoundError:
+                log.warning("shard %s no longer exists; treating it as ended", self.shard_id)
+                await self._queue.put(_End(()))
+                return
+            if result.millis_behind_latest is not None:
+                self.metrics.millis_behind.labels(*self._labels).set(result.millis_behind_latest)
+            records = self._expand(result.records)
+            if records:
+                await self._queue.put(_Batch(records, result.millis_behind_latest))
+            if result.next_iterator is None:
+                await self._queue.put(_End(result.child_shards))
+                return
+            caught_up = not result.records and not result.millis_behind_latest
+            await asyncio.sleep(
+                cfg.idle_time_between_reads if caught_up else cfg.min_time_between_reads
+            )

@@ -1,0 +1,10 @@
+"""Deterministic simulation: real ``Consumer`` workers on in-memory adapters in virtual time.
+
+See ``docs/simulation.md``. Entry points: ``run_simulation(SimulationSettings(...))`` and the
+``kclasync simulate`` command.
+"""
+
+from kclasync._simulation.harness import SimulationSettings, run_simulation
+from kclasync._simulation.report import SimulationReport, format_report
+
+__all__ = ["SimulationReport", "SimulationSettings", "format_report", "run_simulation"]

@@ -1,0 +1,78 @@
+"""One worker process for the multi-process chaos test (``tests/simulation/test_chaos.py``).
+
+``python -m kclasync._simulation.chaos_worker --endpoint-url URL --stream S --worker-id ID
+--out FILE`` consumes the stream with a plain handler that appends one line per record
+(``<record id> <shard> <sequence> <worker id>``) to FILE before the batch is checkpointed, so the
+file shows every record this process processed even if it is killed with SIGKILL. SIGTERM stops
+it gracefully (``Consumer.stop()``).
+
+Owns: nothing the library uses. Must not: be imported by the runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from collections.abc import Sequence
+
+import orjson
+
+from kclasync import Consumer, ConsumerConfig
+from kclasync._records import Record
+from kclasync.testing.emulators import LocalAws
+
+
+async def _main(args: argparse.Namespace) -> None:
+    fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    async def handle(records: Sequence[Record]) -> None:
+        lines = b"".join(
+            b"%d %s %s %s\n"
+            % (
+                int(orjson.loads(r.data)["id"]),
+                r.shard_id.encode(),
+                r.sequence_number.encode(),
+                args.worker_id.encode(),
+            )
+            for r in records
+        )
+        os.write(fd, lines)
+
+    consumer = Consumer(
+        stream_name=args.stream,
+        application_name=args.stream,
+        processor=handle,
+        config=ConsumerConfig(
+            failover_time=args.failover,
+            initial_position="TRIM_HORIZON",
+            idle_time_between_reads=0.2,
+            min_time_between_reads=0.0,
+            shard_sync_interval=5.0,
+            parent_shard_poll_interval=0.5,
+            shutdown_timeout=10.0,
+            worker_id=args.worker_id,
+        ),
+        client_options=LocalAws(args.endpoint_url).client_options(),
+    )
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(consumer.stop()))
+    try:
+        await consumer.run()
+    finally:
+        os.close(fd)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--endpoint-url", required=True)
+    p.add_argument("--stream", required=True)
+    p.add_argument("--worker-id", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--failover", type=float, default=2.0)
+    asyncio.run(_main(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""``kclasync simulate``: run the deterministic fleet simulation and print its report.
+
+Owns: the command's arguments and exit code (0 when no run had an invariant violation, 1
+otherwise). Must not: contain simulation logic (``harness``) or formatting (``report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import attrs
+
+from kclasync._simulation.faults import ALL_FAULTS, parse_faults
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="run real workers against in-memory AWS in virtual time, with faults",
+        description=(
+            "Run a fleet of real kclasync workers on in-memory adapters in virtual time, "
+            "inject faults, check the invariants while it runs and print a report. "
+            "Exit code 1 if any invariant was violated."
+        ),
+    )
+    p.add_argument("--workers", type=int, default=20, help="workers in the fleet (20)")
+    p.add_argument("--shards", type=int, default=100, help="shards at the start (100)")
+    p.add_argument("--hours", type=float, default=0.5, help="virtual hours of faults (0.5)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    p.add_argument("--seeds", type=int, default=1, help="run this many seeds from --seed (1)")
+    p.add_argument(
+        "--faults",
+        default="all",
+        help=f"comma-separated from {','.join(sorted(ALL_FAULTS))}, or all / none (all)",
+    )
+    p.add_argument("--fault-rate", type=float, default=1.0, help="multiplies fault rates (1)")
+    p.add_argument("--failover", type=float, default=10.0, help="failover time, seconds (10)")
+    p.add_argument(
+        "--taker", choices=("kcl2", "balanced"), default="balanced", help="lease taker (balanced)"
+    )
+    p.add_argument(
+        "--rate", type=float, default=2.0, help="records per shard per minute produced (2)"
+    )
+    p.add_argument(
+        "--idle-time", type=float, default=2.0, help="idle_time_between_reads, seconds (2)"
+    )
+    p.add_argument(
+        "--shard-sync", type=float, default=60.0, help="shard_sync_interval, seconds (60)"
+    )
+    p.add_argument(
+        "--wall-limit", type=float, default=None, help="abort a run after this many real seconds"
+    )
+    p.add_argument("--json", action="store_true", help="print each report as one JSON line")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kclasync._simulation.harness import SimulationSettings, run_simulation
+    from kclasync._simulation.report import format_report
+
+    try:
+        faults = parse_faults(args.faults)
+        base = SimulationSettings(
+            workers=args.workers,
+            shards=args.shards,
+            hours=args.hours,
+            seed=args.seed,
+            faults=faults,
+            fault_rate=args.fault_rate,
+            failover_time=args.failover,
+            taker=args.taker,
+            records_per_shard_per_minute=args.rate,
+            idle_time_between_reads=args.idle_time,
+            shard_sync_interval=args.shard_sync,
+        )
+    except ValueError as exc:
+        print(f"kclasync simulate: {exc}", file=sys.stderr)
+        return 2
+    failed = 0
+    for offset in range(max(1, args.seeds)):
+        settings = attrs.evolve(base, seed=base.seed + offset)
+        report = run_simulation(settings, wall_limit=args.wall_limit)
+        if report.violation_count:
+            failed += 1
+        if args.json:
+            data: dict[str, Any] = attrs.asdict(report)
+            print(json.dumps(data, sort_keys=True), flush=True)
+        else:
+            if offset:
+                print()
+            print(format_report(report), flush=True)
+    if args.seeds > 1 and not args.json:
+        print(f"\n{args.seeds - failed}/{args.seeds} seeds without invariant violations")
+    return 1 if failed else 0
+
+
+__all__ = ["add_parser", "run"]
