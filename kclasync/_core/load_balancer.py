@@ -1,0 +1,151 @@
+"""kclasync's load-aware assignment policy: one plan that balances the fleet in one round.
+
+Owns: ``plan_load_aware``, the default policy of the leader. It first places unowned and
+expired leases (``assign_unowned``), then, if some worker is outside the trigger band around the
+mean load (or above its operating range), moves leases one at a time, each time choosing the
+move that lowers the higher of the two workers' *predicted* loads the most, and re-plans against
+the loads predicted after that move. Compared with the KCL 3.x variance decider:
+
+- it plans the whole correction at once against predicted loads instead of taking a dampened
+  fraction of each donor's excess every third run, so one round reaches the band;
+- it counts leases still in handoff at their new owner (the CPU still shows the old one), so a
+  move already under way is not planned twice;
+- a lease costs a different amount of CPU on each worker (its capacity), so a small worker is
+  not filled to the fleet's average throughput;
+- every move must lower the pair's peak by a minimum gain, so the descending vector of loads
+  strictly decreases: no A->B->A cycle on a static load, and a fixed point once no move helps;
+- sticky leases, leases in handoff and leases placed in this plan are never moved.
+
+Must not: read clocks, tables or metrics, or use randomness; ties are broken by keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kclasync._core.load_assignment import (
+    FleetSnapshot,
+    LeaseLoad,
+    LoadModel,
+    Move,
+    Plan,
+    assign_unowned,
+    lease_throughputs,
+)
+
+__all__ = ["BalancerSettings", "plan_load_aware"]
+
+
+@dataclass(frozen=True, slots=True)
+class BalancerSettings:
+    """``trigger_percent``: rebalance only when a worker is outside mean +- this (or above its
+    operating range). ``target_percent``: once triggered, plan until every worker is within
+    mean +- this. ``min_gain_percent``: a move must lower the higher load of its two workers by
+    at least this share of the mean (noise guard). ``max_moves``: cap per plan (None: no cap)."""
+
+    trigger_percent: float = 10.0
+    target_percent: float = 5.0
+    min_gain_percent: float = 1.0
+    max_moves: int | None = None
+    take_expired_sticky: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.target_percent <= self.trigger_percent:
+            raise ValueError("need 0 <= target_percent <= trigger_percent")
+        if self.min_gain_percent < 0:
+            raise ValueError("min_gain_percent must be >= 0")
+        if self.max_moves is not None and self.max_moves < 0:
+            raise ValueError("max_moves must be >= 0")
+
+
+def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None = None) -> Plan:
+    """The plan for one assignment run of the leader (see the module docstring)."""
+    settings = settings or BalancerSettings()
+    throughputs = lease_throughputs(snapshot.leases)
+    model = LoadModel(snapshot, throughputs)
+    assignments = assign_unowned(
+        snapshot, model, throughputs, take_expired_sticky=settings.take_expired_sticky
+    )
+    placed = {move.lease_key for move in assignments}
+    moves = _rebalance(snapshot, model, throughputs, settings, placed)
+    return Plan(assignments=tuple(assignments), moves=tuple(moves))
+
+
+def _outside(model: LoadModel, band_percent: float) -> bool:
+    mean = model.mean()
+    low, high = mean * (1 - band_percent / 100), mean * (1 + band_percent / 100)
+    return any(
+        load > high or load < low or load > model.limit[wid] for wid, load in model.load.items()
+    )
+
+
+def _rebalance(
+    snapshot: FleetSnapshot,
+    model: LoadModel,
+    throughputs: dict[str, float],
+    settings: BalancerSettings,
+    placed: set[str],
+) -> list[Move]:
+    if len(model.workers) < 2 or model.mean() <= 0:
+        return []
+    if not _outside(model, settings.trigger_percent):
+        return []
+    movable: dict[str, list[LeaseLoad]] = {wid: [] for wid in model.workers}
+    for lease in sorted(snapshot.leases, key=lambda item: item.key):
+        if (
+            lease.owner in movable
+            and not lease.sticky
+            and not lease.expired
+            and not lease.in_handoff
+            and lease.key not in placed
+            and throughputs[lease.key] > 0
+        ):
+            movable[lease.owner].append(lease)
+    moves: list[Move] = []
+    while settings.max_moves is None or len(moves) < settings.max_moves:
+        if not _outside(model, settings.target_percent):
+            break
+        best = _best_move(model, movable, throughputs, settings)
+        if best is None:
+            break
+        lease, donor, receiver = best
+        tp = throughputs[lease.key]
+        model.load[donor] -= model.cost(donor, tp)
+        model.load[receiver] += model.cost(receiver, tp)
+        model.assigned_kbps[donor] -= tp
+        model.assigned_kbps[receiver] += tp
+        movable[donor].remove(lease)
+        moves.append(Move(lease.key, donor, receiver))
+    return moves
+
+
+def _best_move(
+    model: LoadModel,
+    movable: dict[str, list[LeaseLoad]],
+    throughputs: dict[str, float],
+    settings: BalancerSettings,
+) -> tuple[LeaseLoad, str, str] | None:
+    """The move that lowers a pair's peak load the most, trying donors from the most loaded."""
+    min_gain = model.mean() * settings.min_gain_percent / 100
+    donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
+    receivers = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
+    for donor in donors:
+        before = model.load[donor]
+        best: tuple[float, str, str, LeaseLoad] | None = None
+        for receiver in receivers:
+            if receiver == donor or model.load[receiver] >= before:
+                continue
+            for lease in movable[donor]:
+                tp = throughputs[lease.key]
+                new_receiver = model.load[receiver] + model.cost(receiver, tp)
+                if new_receiver > model.limit[receiver]:
+                    continue
+                peak = max(before - model.cost(donor, tp), new_receiver)
+                if peak > before - min_gain or peak >= before:
+                    continue
+                candidate = (peak, lease.key, receiver, lease)
+                if best is None or candidate[:3] < best[:3]:
+                    best = candidate
+        if best is not None:
+            return best[3], donor, best[2]
+    return None
