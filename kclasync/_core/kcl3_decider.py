@@ -19,8 +19,8 @@ Owns: ``plan_kcl3``, one assignment run of the Java KCL 3.x leader
   from the queue, and the run stops giving to receivers once one would go above the average or
   its operating range (that receiver then leaves the queue for the rest of the run).
 
-Deviations, stated: the shuffle uses ``random.Random(seed)`` (the Java one is unseeded), equal
-keys in the queue are ordered by worker id, and sticky leases and leases in handoff are never
+Deviations, stated: the shuffle uses ``random.Random(seed)`` (the Java one is unseeded), the queue
+starts from the workers sorted by id, and sticky leases and leases in handoff are never
 picked as donations (Java knows neither notion in this form).
 
 Must not: read clocks, tables or metrics, or use global randomness.
@@ -80,7 +80,9 @@ class _Run:
         self.avg = sum(self.metric.values()) / n
         self.target_tp = sum(self.tp.values()) / n
         self.target_leases = max(len(snapshot.leases) // n, 1)
-        self.queue = set(self.metric)
+        self.queue: list[str] = []
+        for worker in sorted(self.metric):
+            self.offer(worker)
         self.assignments: list[Move] = []
         self.moves: list[Move] = []
 
@@ -88,13 +90,42 @@ class _Run:
         value = self.metric[worker]
         return 1.0 if value == 0 else (self.avg - value) / value
 
+    def _before(self, a: str, b: str) -> bool:
+        """Whether ``a`` is strictly ahead of ``b`` in the queue (more room to the average)."""
+        return self._to_reach_average(a) > self._to_reach_average(b)
+
+    def offer(self, worker: str) -> None:
+        # A binary heap with the sift rules of java.util.PriorityQueue, so that workers with
+        # equal keys come out in the same order as on the Java leader.
+        heap = self.queue
+        heap.append(worker)
+        k = len(heap) - 1
+        while k > 0:
+            parent = (k - 1) >> 1
+            if not self._before(worker, heap[parent]):
+                break
+            heap[k] = heap[parent]
+            k = parent
+        heap[k] = worker
+
     def poll(self) -> str | None:
-        if not self.queue:
+        heap = self.queue
+        if not heap:
             return None
-        # Highest first; among equal keys the smallest worker id (min keeps the first).
-        best = min(sorted(self.queue), key=lambda w: -self._to_reach_average(w))
-        self.queue.discard(best)
-        return best
+        result = heap[0]
+        last = heap.pop()
+        if heap:
+            k, n = 0, len(heap)
+            while (child := 2 * k + 1) < n:
+                right = child + 1
+                if right < n and self._before(heap[right], heap[child]):
+                    child = right
+                if not self._before(heap[child], last):
+                    break
+                heap[k] = heap[child]
+                k = child
+            heap[k] = last
+        return result
 
     def added(self, worker: str, kbps: float) -> float:
         if self.target_tp > 0:
@@ -109,7 +140,7 @@ class _Run:
         owner = self.owner_of.get(lease.key)
         stuck_handoff = expired and lease.in_handoff
         if not stuck_handoff and owner == worker:
-            self.queue.add(worker)
+            self.offer(worker)
             return
         kbps = self.tp[lease.key]
         self.metric[worker] = self.added(worker, kbps)
@@ -122,7 +153,7 @@ class _Run:
         live_owner = owner if owner in self.leases_of and not expired else None
         move = Move(lease.key, live_owner, worker)
         (self.assignments if expired else self.moves).append(move)
-        self.queue.add(worker)
+        self.offer(worker)
 
     def assign_expired_or_unassigned(self, pending: list[LeaseLoad]) -> None:
         pending.sort(key=lambda lease: (lease.owner is not None, lease.age_order, lease.key))

@@ -24,6 +24,7 @@ __all__ = [
     "Plan",
     "WorkerLoad",
     "assign_unowned",
+    "estimate_capacity",
     "lease_throughputs",
     "throughput_ema",
 ]
@@ -51,6 +52,34 @@ def throughput_ema(
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
     sample = bytes_delivered / 1024.0 / period_seconds
     if previous_kbps is None or not math.isfinite(previous_kbps) or previous_kbps < 0:
+        return sample
+    return alpha * sample + (1.0 - alpha) * previous_kbps
+
+
+def estimate_capacity(
+    previous_kbps: float | None,
+    processed_kbps: float,
+    cpu_percent: float,
+    *,
+    alpha: float = THROUGHPUT_EMA_ALPHA,
+    min_cpu_percent: float = 5.0,
+    max_cpu_percent: float = 98.0,
+) -> float | None:
+    """A worker's own estimate of what it could process at 100 % CPU, in KB/s: an EMA of
+    ``processed * 100 / cpu`` over its reporting periods. Periods with too little CPU to say
+    anything (below ``min_cpu_percent``) or a saturated CPU (above ``max_cpu_percent``, where
+    the reading is censored) leave the previous estimate unchanged."""
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    if (
+        not math.isfinite(processed_kbps)
+        or not math.isfinite(cpu_percent)
+        or processed_kbps <= 0
+        or not min_cpu_percent <= cpu_percent <= max_cpu_percent
+    ):
+        return previous_kbps
+    sample = processed_kbps * 100.0 / cpu_percent
+    if previous_kbps is None or not previous_kbps > 0:
         return sample
     return alpha * sample + (1.0 - alpha) * previous_kbps
 
@@ -151,15 +180,17 @@ class LoadModel:
     """Predicted load of each worker, in the unit the plan balances, and the cost of a lease.
 
     CPU mode (every worker reports CPU): load is CPU percent; a lease costs its throughput times
-    the worker's percent per KB/s, from its capacity if known, else from its observed CPU over
-    its assigned throughput, else the fleet's ratio. Leases still in handoff are counted at their
-    new owner and taken off the old one. Throughput mode (some worker has no CPU metric): load is
+    the worker's percent per KB/s, from its capacity if known (then the load itself is predicted
+    from the leases it owns), else from its observed CPU over its assigned throughput, else the fleet's (mean of known capacities, else CPU over throughput
+    summed over the fleet). Leases still in handoff are counted at their
+    new owner and taken off the old one. Throughput mode (some worker has no CPU metric, or no
+    worker has both CPU and throughput yet, e.g. at start-up): load is
     assigned throughput divided by capacity (relative units when capacities are unknown).
     """
 
     def __init__(self, snapshot: FleetSnapshot, throughputs: Mapping[str, float]) -> None:
         self.workers = {w.worker_id: w for w in snapshot.workers}
-        self.cpu_mode = bool(snapshot.workers) and all(
+        reporting = bool(snapshot.workers) and all(
             w.cpu_percent is not None for w in snapshot.workers
         )
         assigned: dict[str, float] = dict.fromkeys(self.workers, 0.0)
@@ -173,16 +204,20 @@ class LoadModel:
                 running[runner] += tp
         self.assigned_kbps = assigned
         all_known = all(w.capacity_kbps for w in snapshot.workers)
+        pairs = [
+            (w.cpu_percent or 0.0, running[w.worker_id])
+            for w in snapshot.workers
+            if running[w.worker_id] > 0 and (w.cpu_percent or 0.0) > 0
+        ]
+        tp_sum = sum(t for _, t in pairs)
+        fleet_rate = sum(c for c, _ in pairs) / tp_sum if tp_sum > 0 else 0.0
+        known_rates = [100.0 / w.capacity_kbps for w in snapshot.workers if w.capacity_kbps]
+        if known_rates:
+            fleet_rate = sum(known_rates) / len(known_rates)
+        # CPU is only usable with a way to predict what a lease costs: a capacity or a ratio.
+        self.cpu_mode = reporting and fleet_rate > 0
         self.rate: dict[str, float] = {}
         if self.cpu_mode:
-            pairs = [
-                (w.cpu_percent or 0.0, running[w.worker_id])
-                for w in snapshot.workers
-                if running[w.worker_id] > 0 and (w.cpu_percent or 0.0) > 0
-            ]
-            cpu_sum = sum(c for c, _ in pairs)
-            tp_sum = sum(t for _, t in pairs)
-            fleet_rate = cpu_sum / tp_sum if tp_sum > 0 else 0.0
             for w in snapshot.workers:
                 if w.capacity_kbps:
                     self.rate[w.worker_id] = 100.0 / w.capacity_kbps
@@ -190,16 +225,24 @@ class LoadModel:
                     self.rate[w.worker_id] = (w.cpu_percent or 0.0) / running[w.worker_id]
                 else:
                     self.rate[w.worker_id] = fleet_rate
-            self.load = {w.worker_id: float(w.cpu_percent or 0.0) for w in snapshot.workers}
-            # Handoffs in progress: the CPU still shows the old owner doing the work.
+            # A worker with a capacity: its CPU calibrated the capacity, and its load is predicted
+            # from the leases it now owns (current throughput, handoffs at the new owner, no lag
+            # of the CPU window, no saturation at 100 %). Without one: its measured CPU, with
+            # handoffs in progress moved from the old owner (which the CPU still shows) to the new.
+            self.load = {}
+            for w in snapshot.workers:
+                if w.capacity_kbps:
+                    self.load[w.worker_id] = assigned[w.worker_id] * self.rate[w.worker_id]
+                else:
+                    self.load[w.worker_id] = float(w.cpu_percent or 0.0)
             for lease in snapshot.leases:
                 if not lease.in_handoff or lease.expired:
                     continue
                 tp = throughputs[lease.key]
                 old, new = lease.checkpoint_owner, lease.owner
-                if old in self.load:
+                if old in self.load and not self.workers[old].capacity_kbps:
                     self.load[old] = max(0.0, self.load[old] - tp * self.rate[old])
-                if new in self.load:
+                if new in self.load and not self.workers[new].capacity_kbps:
                     self.load[new] += tp * self.rate[new]
             self.limit = {w.worker_id: w.max_cpu_percent for w in snapshot.workers}
         else:
