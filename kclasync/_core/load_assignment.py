@@ -181,11 +181,12 @@ class LoadModel:
 
     CPU mode (every worker reports CPU): load is CPU percent; a lease costs its throughput times
     the worker's percent per KB/s, from its capacity if known (then the load itself is predicted
-    from the leases it owns), else from its observed CPU over its assigned throughput, else the fleet's (mean of known capacities, else CPU over throughput
-    summed over the fleet). Leases still in handoff are counted at their
-    new owner and taken off the old one. Throughput mode (some worker has no CPU metric, or no
-    worker has both CPU and throughput yet, e.g. at start-up): load is
-    assigned throughput divided by capacity (relative units when capacities are unknown).
+    from the leases it owns), else from its observed CPU over its assigned throughput, else the
+    fleet's (mean of known capacities, else CPU over throughput summed over the fleet). Leases
+    still in handoff are counted at their new owner and taken off the old one. Throughput mode
+    (some worker has no CPU metric, or no worker has both CPU and throughput yet, e.g. at
+    start-up): load is assigned throughput divided by capacity (relative units when capacities
+    are unknown).
     """
 
     def __init__(self, snapshot: FleetSnapshot, throughputs: Mapping[str, float]) -> None:

@@ -12,8 +12,11 @@ the loads predicted after that move. Compared with the KCL 3.x variance decider:
   move already under way is not planned twice;
 - a lease costs a different amount of CPU on each worker (its capacity), so a small worker is
   not filled to the fleet's average throughput;
-- every move must lower the pair's peak by a minimum gain, so the descending vector of loads
-  strictly decreases: no A->B->A cycle on a static load, and a fixed point once no move helps;
+- when no single move helps (a hot lease nobody can absorb as is), it exchanges one lease of
+  the most loaded worker for a lighter one of another worker;
+- every move (or exchange) must lower the pair's peak by a minimum gain, so the descending
+  vector of loads strictly decreases: no A->B->A cycle on a static load, and a fixed point
+  once no move helps;
 - sticky leases, leases in handoff and leases placed in this plan are never moved.
 
 Must not: read clocks, tables or metrics, or use randomness; ties are broken by keys.
@@ -105,17 +108,19 @@ def _rebalance(
     while settings.max_moves is None or len(moves) < settings.max_moves:
         if not _outside(model, settings.target_percent):
             break
-        best = _best_move(model, movable, throughputs, settings)
-        if best is None:
+        step = _best_move(model, movable, throughputs, settings) or _best_swap(
+            model, movable, throughputs, settings
+        )
+        if step is None:
             break
-        lease, donor, receiver = best
-        tp = throughputs[lease.key]
-        model.load[donor] -= model.cost(donor, tp)
-        model.load[receiver] += model.cost(receiver, tp)
-        model.assigned_kbps[donor] -= tp
-        model.assigned_kbps[receiver] += tp
-        movable[donor].remove(lease)
-        moves.append(Move(lease.key, donor, receiver))
+        for lease, donor, receiver in step:
+            tp = throughputs[lease.key]
+            model.load[donor] -= model.cost(donor, tp)
+            model.load[receiver] += model.cost(receiver, tp)
+            model.assigned_kbps[donor] -= tp
+            model.assigned_kbps[receiver] += tp
+            movable[donor].remove(lease)
+            moves.append(Move(lease.key, donor, receiver))
     return moves
 
 
@@ -124,7 +129,7 @@ def _best_move(
     movable: dict[str, list[LeaseLoad]],
     throughputs: dict[str, float],
     settings: BalancerSettings,
-) -> tuple[LeaseLoad, str, str] | None:
+) -> list[tuple[LeaseLoad, str, str]] | None:
     """The move that lowers a pair's peak load the most, trying donors from the most loaded."""
     min_gain = model.mean() * settings.min_gain_percent / 100
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
@@ -147,5 +152,45 @@ def _best_move(
                 if best is None or candidate[:3] < best[:3]:
                     best = candidate
         if best is not None:
-            return best[3], donor, best[2]
+            return [(best[3], donor, best[2])]
     return None
+
+
+def _best_swap(
+    model: LoadModel,
+    movable: dict[str, list[LeaseLoad]],
+    throughputs: dict[str, float],
+    settings: BalancerSettings,
+) -> list[tuple[LeaseLoad, str, str]] | None:
+    """When no single move helps (a hot lease no other worker can absorb as it is), the exchange
+    of one lease of the most loaded worker for one lease of another that lowers the pair's peak
+    the most."""
+    min_gain = model.mean() * settings.min_gain_percent / 100
+    donor = min(model.workers, key=lambda wid: (-model.load[wid], wid))
+    before = model.load[donor]
+    best: tuple[float, str, str, str, LeaseLoad, LeaseLoad] | None = None
+    for receiver in sorted(model.workers):
+        if receiver == donor:
+            continue
+        for given in movable[donor]:
+            give = throughputs[given.key]
+            for taken in movable[receiver]:
+                take = throughputs[taken.key]
+                if take >= give:
+                    continue
+                new_receiver = (
+                    model.load[receiver] + model.cost(receiver, give) - model.cost(receiver, take)
+                )
+                if new_receiver > model.limit[receiver]:
+                    continue
+                new_donor = before - model.cost(donor, give) + model.cost(donor, take)
+                peak = max(new_donor, new_receiver)
+                if peak > before - min_gain or peak >= before:
+                    continue
+                candidate = (peak, given.key, taken.key, receiver, given, taken)
+                if best is None or candidate[:4] < best[:4]:
+                    best = candidate
+    if best is None:
+        return None
+    _, _, _, receiver, given, taken = best
+    return [(given, donor, receiver), (taken, receiver, donor)]
