@@ -17,7 +17,8 @@ the loads predicted after that move. Compared with the KCL 3.x variance decider:
 - every move (or exchange) must lower the pair's peak by a minimum gain, so the descending
   vector of loads strictly decreases: no A->B->A cycle on a static load, and a fixed point
   once no move helps;
-- sticky leases, leases in handoff and leases placed in this plan are never moved.
+- sticky leases, leases in handoff and leases placed in this plan are never moved, and a
+  lease changes owner at most once per plan.
 
 Must not: read clocks, tables or metrics, or use randomness; ties are broken by keys.
 """
@@ -104,8 +105,17 @@ def _rebalance(
             and throughputs[lease.key] > 0
         ):
             movable[lease.owner].append(lease)
-    moves: list[Move] = []
-    while settings.max_moves is None or len(moves) < settings.max_moves:
+    # A lease moved earlier in this plan may move again (the plan keeps improving from the
+    # predicted state); only its net change of owner is returned, so no lease goes back and forth.
+    origin = {lease.key: wid for wid, leases in movable.items() for lease in leases}
+    current = dict(origin)
+    order: list[str] = []
+    steps = 0
+    limit = 4 * len(origin) + 8  # each step strictly lowers the sorted loads; this is a backstop
+    while steps < limit:
+        changed = sum(1 for key in current if current[key] != origin[key])
+        if settings.max_moves is not None and changed >= settings.max_moves:
+            break
         if not _outside(model, settings.target_percent):
             break
         step = _best_move(model, movable, throughputs, settings) or _best_swap(
@@ -113,6 +123,9 @@ def _rebalance(
         )
         if step is None:
             break
+        if settings.max_moves is not None and changed + len(step) > settings.max_moves:
+            break
+        steps += 1
         for lease, donor, receiver in step:
             tp = throughputs[lease.key]
             model.load[donor] -= model.cost(donor, tp)
@@ -120,8 +133,12 @@ def _rebalance(
             model.assigned_kbps[donor] -= tp
             model.assigned_kbps[receiver] += tp
             movable[donor].remove(lease)
-            moves.append(Move(lease.key, donor, receiver))
-    return moves
+            movable[receiver].append(lease)
+            movable[receiver].sort(key=lambda item: item.key)
+            current[lease.key] = receiver
+            if lease.key not in order:
+                order.append(lease.key)
+    return [Move(key, origin[key], current[key]) for key in order if current[key] != origin[key]]
 
 
 def _best_move(
