@@ -16,6 +16,9 @@ worst utilisation seen, for each change the rounds and seconds until every worke
 +-10 % of the mean utilisation (noise-free), leases moved (rebalancing moves / all ownership
 changes) and moves that sent a lease back to the worker it left (A->B->A).
 
+A second, small table is the scale-out case of the issue: 8 equal shards on one worker, then a
+second worker joins.
+
     uv run python benchmarks/assignment.py [--seed 7] [--shards 32] [--rounds 160]
 """
 
@@ -264,16 +267,34 @@ def render(scenario: Scenario, outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def scale_out(seed: int) -> Scenario:
+    """The issue's reference case: 8 equal shards on one worker, a second one joins."""
+    return Scenario(
+        seed=seed,
+        shards=8,
+        rounds=40,
+        zipf_s=0.0,
+        median_kbps=100.0,
+        events=((10, "join:2000"),),
+        capacities=(2000.0,),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--shards", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=160)
     args = parser.parse_args()
-    scenario = Scenario(seed=args.seed, shards=args.shards, rounds=args.rounds)
-    outcomes = compare(scenario)
-    print(render(scenario, outcomes))
-    print(f"\nmodel time: {sum(o.elapsed for o in outcomes):.2f} s")
+    total = 0.0
+    for scenario in (
+        Scenario(seed=args.seed, shards=args.shards, rounds=args.rounds),
+        scale_out(args.seed),
+    ):
+        outcomes = compare(scenario)
+        print(render(scenario, outcomes), end="\n\n")
+        total += sum(o.elapsed for o in outcomes)
+    print(f"model time: {total:.2f} s")
 
 
 if __name__ == "__main__":
