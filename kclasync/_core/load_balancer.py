@@ -25,6 +25,8 @@ Must not: read clocks, tables or metrics, or use randomness; ties are broken by 
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
 
 from kclasync._core.load_assignment import (
@@ -94,8 +96,8 @@ def _rebalance(
         return []
     if not _outside(model, settings.trigger_percent):
         return []
-    movable: dict[str, list[LeaseLoad]] = {wid: [] for wid in model.workers}
-    for lease in sorted(snapshot.leases, key=lambda item: item.key):
+    movable: dict[str, _Holdings] = {wid: _Holdings() for wid in model.workers}
+    for lease in snapshot.leases:
         if (
             lease.owner in movable
             and not lease.sticky
@@ -104,23 +106,21 @@ def _rebalance(
             and lease.key not in placed
             and throughputs[lease.key] > 0
         ):
-            movable[lease.owner].append(lease)
+            movable[lease.owner].add(throughputs[lease.key], lease)
     # A lease moved earlier in this plan may move again (the plan keeps improving from the
     # predicted state); only its net change of owner is returned, so no lease goes back and forth.
-    origin = {lease.key: wid for wid, leases in movable.items() for lease in leases}
+    origin = {entry[2].key: wid for wid, held in movable.items() for entry in held.entries}
     current = dict(origin)
     order: list[str] = []
     steps = 0
     limit = 4 * len(origin) + 8  # each step strictly lowers the sorted loads; this is a backstop
+    changed = 0
     while steps < limit:
-        changed = sum(1 for key in current if current[key] != origin[key])
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
         if not _outside(model, settings.target_percent):
             break
-        step = _best_move(model, movable, throughputs, settings) or _best_swap(
-            model, movable, throughputs, settings
-        )
+        step = _best_move(model, movable, settings) or _best_swap(model, movable, settings)
         if step is None:
             break
         if settings.max_moves is not None and changed + len(step) > settings.max_moves:
@@ -132,40 +132,84 @@ def _rebalance(
             model.load[receiver] += model.cost(receiver, tp)
             model.assigned_kbps[donor] -= tp
             model.assigned_kbps[receiver] += tp
-            movable[donor].remove(lease)
-            movable[receiver].append(lease)
-            movable[receiver].sort(key=lambda item: item.key)
+            movable[donor].remove(tp, lease)
+            movable[receiver].add(tp, lease)
+            changed += (current[lease.key] == origin[lease.key]) - (receiver == origin[lease.key])
             current[lease.key] = receiver
             if lease.key not in order:
                 order.append(lease.key)
     return [Move(key, origin[key], current[key]) for key in order if current[key] != origin[key]]
 
 
+_Entry = tuple[float, str, LeaseLoad]
+# Donors tried from the most loaded and receivers from the least loaded, per step: keeps a plan
+# for hundreds of workers fast; each step still strictly improves, so convergence is unchanged.
+_SEARCH_WIDTH = 12
+
+
+class _Holdings:
+    """A worker's movable leases sorted by (throughput, key), for nearest-throughput lookups."""
+
+    def __init__(self) -> None:
+        self.entries: list[_Entry] = []
+
+    def add(self, tp: float, lease: LeaseLoad) -> None:
+        bisect.insort(self.entries, (tp, lease.key, lease), key=lambda e: (e[0], e[1]))
+
+    def remove(self, tp: float, lease: LeaseLoad) -> None:
+        index = bisect.bisect_left(self.entries, (tp, lease.key), key=lambda e: (e[0], e[1]))
+        del self.entries[index]
+
+    def at_most(self, value: float) -> _Entry | None:
+        """The largest throughput <= value (the smallest key among equals)."""
+        index = bisect.bisect_right(self.entries, value, key=lambda e: e[0]) - 1
+        if index < 0:
+            return None
+        first = bisect.bisect_left(self.entries, self.entries[index][0], key=lambda e: e[0])
+        return self.entries[first]
+
+    def above(self, value: float) -> _Entry | None:
+        """The smallest throughput > value (the smallest key among equals)."""
+        index = bisect.bisect_right(self.entries, value, key=lambda e: e[0])
+        return self.entries[index] if index < len(self.entries) else None
+
+
 def _best_move(
-    model: LoadModel,
-    movable: dict[str, list[LeaseLoad]],
-    throughputs: dict[str, float],
-    settings: BalancerSettings,
+    model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
 ) -> list[tuple[LeaseLoad, str, str]] | None:
-    """The move that lowers a pair's peak load the most, trying donors from the most loaded."""
+    """The move that lowers a pair's peak load the most, trying donors from the most loaded.
+
+    For a donor d and receiver r the pair's peak after moving throughput t is
+    max(L_d - c_d t, L_r + c_r t): falling up to t* = (L_d - L_r) / (c_d + c_r), rising after,
+    so the best lease is one of the two nearest t* (within the receiver's operating range)."""
     min_gain = model.mean() * settings.min_gain_percent / 100
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
-    receivers = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
-    for donor in donors:
+    lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
+    for donor in donors[:_SEARCH_WIDTH]:
         before = model.load[donor]
+        held = movable[donor]
+        if not held.entries:
+            continue
         best: tuple[float, str, str, LeaseLoad] | None = None
-        for receiver in receivers:
-            if receiver == donor or model.load[receiver] >= before:
+        receivers = [wid for wid in lightest if wid != donor and model.load[wid] < before]
+        for receiver in receivers[:_SEARCH_WIDTH]:
+            rate_d, rate_r = model.rate[donor], model.rate[receiver]
+            if rate_d + rate_r <= 0:
                 continue
-            for lease in movable[donor]:
-                tp = throughputs[lease.key]
-                new_receiver = model.load[receiver] + model.cost(receiver, tp)
+            pivot = (before - model.load[receiver]) / (rate_d + rate_r)
+            room = model.limit[receiver] - model.load[receiver]
+            cap = room / rate_r if rate_r > 0 else math.inf
+            for entry in (held.at_most(min(pivot, cap)), held.above(pivot)):
+                if entry is None:
+                    continue
+                tp, key, lease = entry
+                new_receiver = model.load[receiver] + tp * rate_r
                 if new_receiver > model.limit[receiver]:
                     continue
-                peak = max(before - model.cost(donor, tp), new_receiver)
+                peak = max(before - tp * rate_d, new_receiver)
                 if peak > before - min_gain or peak >= before:
                     continue
-                candidate = (peak, lease.key, receiver, lease)
+                candidate = (peak, key, receiver, lease)
                 if best is None or candidate[:3] < best[:3]:
                     best = candidate
         if best is not None:
@@ -174,37 +218,38 @@ def _best_move(
 
 
 def _best_swap(
-    model: LoadModel,
-    movable: dict[str, list[LeaseLoad]],
-    throughputs: dict[str, float],
-    settings: BalancerSettings,
+    model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
 ) -> list[tuple[LeaseLoad, str, str]] | None:
     """When no single move helps (a hot lease no other worker can absorb as it is), the exchange
-    of one lease of the most loaded worker for one lease of another that lowers the pair's peak
-    the most."""
+    of one lease of the most loaded worker for a lighter one of another that lowers the pair's
+    peak the most (for each given lease, the taken one nearest the balancing throughput)."""
     min_gain = model.mean() * settings.min_gain_percent / 100
     donor = min(model.workers, key=lambda wid: (-model.load[wid], wid))
     before = model.load[donor]
     best: tuple[float, str, str, str, LeaseLoad, LeaseLoad] | None = None
-    for receiver in sorted(model.workers):
-        if receiver == donor:
+    lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
+    for receiver in [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]:
+        if not movable[receiver].entries:
             continue
-        for given in movable[donor]:
-            give = throughputs[given.key]
-            for taken in movable[receiver]:
-                take = throughputs[taken.key]
+        rate_d, rate_r = model.rate[donor], model.rate[receiver]
+        if rate_d + rate_r <= 0:
+            continue
+        gap = (before - model.load[receiver]) / (rate_d + rate_r)
+        for give, given_key, given in movable[donor].entries:
+            pivot = give - gap
+            for entry in (movable[receiver].at_most(pivot), movable[receiver].above(pivot)):
+                if entry is None:
+                    continue
+                take, taken_key, taken = entry
                 if take >= give:
                     continue
-                new_receiver = (
-                    model.load[receiver] + model.cost(receiver, give) - model.cost(receiver, take)
-                )
+                new_receiver = model.load[receiver] + (give - take) * rate_r
                 if new_receiver > model.limit[receiver]:
                     continue
-                new_donor = before - model.cost(donor, give) + model.cost(donor, take)
-                peak = max(new_donor, new_receiver)
+                peak = max(before - (give - take) * rate_d, new_receiver)
                 if peak > before - min_gain or peak >= before:
                     continue
-                candidate = (peak, given.key, taken.key, receiver, given, taken)
+                candidate = (peak, given_key, taken_key, receiver, given, taken)
                 if best is None or candidate[:4] < best[:4]:
                     best = candidate
     if best is None:
