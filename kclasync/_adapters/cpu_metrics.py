@@ -79,16 +79,26 @@ class CgroupV2Reader(_Delta):
 
 
 class CgroupV1Reader(_Delta):
+    """``cpuacct.usage`` from the cpuacct hierarchy and the CFS quota from the cpu hierarchy
+    (one directory when they are co-mounted as ``cpu,cpuacct``)."""
+
     source = "cgroup-v1"
 
-    def __init__(self, directory: Path, clock: Callable[[], float], host_cpus: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        clock: Callable[[], float],
+        host_cpus: int,
+        quota_directory: Path | None = None,
+    ) -> None:
         super().__init__()
         self.directory, self.clock, self.host_cpus = directory, clock, host_cpus
+        self.quota_directory = quota_directory or directory
 
     async def sample(self) -> float:
         usage = (self.directory / "cpuacct.usage").read_text()
-        quota = (self.directory / "cpu.cfs_quota_us").read_text()
-        period = (self.directory / "cpu.cfs_period_us").read_text()
+        quota = (self.quota_directory / "cpu.cfs_quota_us").read_text()
+        period = (self.quota_directory / "cpu.cfs_period_us").read_text()
         return self._next(cgroup_v1_sample(usage, quota, period, self.clock(), self.host_cpus))
 
 
@@ -159,22 +169,43 @@ def detect_cpu_reader(
         return EcsTaskReader(env[ECS_ENV])
     if not platform.startswith("linux"):
         return None
-    cpus = host_cpus or os.cpu_count() or 1
+    cpus = host_cpus or _usable_cpus()
     try:
         v2_path, v1_path = parse_proc_self_cgroup((proc_root / "self" / "cgroup").read_text())
     except OSError:
         v2_path, v1_path = None, None
     if v2_path is not None:
         for directory in (sys_root / v2_path.lstrip("/"), sys_root):
-            if (directory / "cpu.stat").is_file():
+            if (directory / "cgroup.controllers").is_file() and (directory / "cpu.stat").is_file():
                 return CgroupV2Reader(directory, clock, cpus)
-    for controller in ("cpu,cpuacct", "cpu", "cpuacct"):
-        base = sys_root / controller
-        for directory in (base / (v1_path or "").lstrip("/"), base):
-            if (directory / "cpuacct.usage").is_file() and (
-                directory / "cpu.cfs_quota_us"
-            ).is_file():
-                return CgroupV1Reader(directory, clock, cpus)
+    usage_dir = _v1_directory(
+        sys_root, v1_path, ("cpu,cpuacct", "cpuacct,cpu", "cpuacct"), "cpuacct.usage"
+    )
+    quota_dir = _v1_directory(
+        sys_root, v1_path, ("cpu,cpuacct", "cpuacct,cpu", "cpu"), "cpu.cfs_quota_us"
+    )
+    if usage_dir is not None and quota_dir is not None:
+        return CgroupV1Reader(usage_dir, clock, cpus, quota_directory=quota_dir)
     if (proc_root / "stat").is_file():
         return ProcStatReader(proc_root / "stat")
     return None
+
+
+def _v1_directory(
+    sys_root: Path, v1_path: str | None, mounts: tuple[str, ...], marker: str
+) -> Path | None:
+    """The process's directory in the first cgroup v1 hierarchy that has ``marker``."""
+    for mount in mounts:
+        base = sys_root / mount
+        for directory in (base / (v1_path or "").lstrip("/"), base):
+            if (directory / marker).is_file():
+                return directory
+    return None
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask), else the host's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -4,6 +4,8 @@ serving recorded ECS task-metadata documents; and detection of the source that a
 from __future__ import annotations
 
 import shutil
+import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -128,6 +130,7 @@ def test_detect_prefers_the_process_cgroup_v2(tmp_path: Path) -> None:
     put(proc, "stat", "proc_stat.0")
     group = sysfs / "kubepods.slice/kubepods-burstable.slice/cri-containerd-3f1c.scope"
     put(group, "cpu.stat", "cgroup_v2_cpu.stat.0")
+    (group / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     reader = detect_cpu_reader(
         Clock(0.0), environ={}, sys_root=sysfs, proc_root=proc, host_cpus=2, platform="linux"
     )
@@ -149,3 +152,31 @@ def test_detect_cgroup_v1_then_proc_stat_then_nothing(tmp_path: Path) -> None:
     assert isinstance(reader, CgroupV1Reader)
     assert reader.directory == group
     assert detect_cpu_reader(Clock(0.0), platform="darwin", **kwargs) is None
+
+
+def test_detect_cgroup_v1_with_separate_cpu_and_cpuacct_hierarchies(tmp_path: Path) -> None:
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "cgroup").write_text("2:cpuacct:/\n1:cpu:/\n0::/\n")
+    put(sysfs / "cpuacct", "cpuacct.usage", "cgroup_v1_cpuacct.usage.0")
+    put(sysfs / "cpu", "cpu.cfs_quota_us", "cgroup_v1_cpu.cfs_quota_us")
+    put(sysfs / "cpu", "cpu.cfs_period_us", "cgroup_v1_cpu.cfs_period_us")
+    put(sysfs / "cpu", "cpu.stat", "cgroup_v2_cpu.stat.0")  # v1's cpu.stat: not a v2 group
+    reader = detect_cpu_reader(
+        Clock(0.0), environ={}, sys_root=sysfs, proc_root=proc, host_cpus=2, platform="linux"
+    )
+    assert isinstance(reader, CgroupV1Reader)
+    assert (reader.directory, reader.quota_directory) == (sysfs / "cpuacct", sysfs / "cpu")
+
+
+async def test_the_reader_detected_on_this_host_measures_within_range() -> None:
+    if not sys.platform.startswith("linux"):
+        assert detect_cpu_reader(time.monotonic, environ={}) is None
+        return
+    reader = detect_cpu_reader(time.monotonic, environ={})
+    assert reader is not None and reader.source in {"cgroup-v2", "cgroup-v1", "proc-stat"}
+    assert await reader.sample() == 0.0
+    deadline = time.monotonic() + 0.05
+    while time.monotonic() < deadline:  # some CPU to measure
+        sum(range(1000))
+    assert 0.0 <= await reader.sample() <= 100.0
