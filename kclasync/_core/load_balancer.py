@@ -221,38 +221,40 @@ def _best_swap(
     model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
 ) -> list[tuple[LeaseLoad, str, str]] | None:
     """When no single move helps (a hot lease no other worker can absorb as it is), the exchange
-    of one lease of the most loaded worker for a lighter one of another that lowers the pair's
-    peak the most (for each given lease, the taken one nearest the balancing throughput)."""
+    of one lease of a loaded worker (from the most loaded) for a lighter one of another that
+    lowers the pair's peak the most (for each given lease, the taken one nearest the balancing
+    throughput)."""
     min_gain = model.mean() * settings.min_gain_percent / 100
-    donor = min(model.workers, key=lambda wid: (-model.load[wid], wid))
-    before = model.load[donor]
-    best: tuple[float, str, str, str, LeaseLoad, LeaseLoad] | None = None
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
-    for receiver in [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]:
-        if not movable[receiver].entries:
-            continue
-        rate_d, rate_r = model.rate[donor], model.rate[receiver]
-        if rate_d + rate_r <= 0:
-            continue
-        gap = (before - model.load[receiver]) / (rate_d + rate_r)
-        for give, given_key, given in movable[donor].entries:
-            pivot = give - gap
-            for entry in (movable[receiver].at_most(pivot), movable[receiver].above(pivot)):
-                if entry is None:
-                    continue
-                take, taken_key, taken = entry
-                if take >= give:
-                    continue
-                new_receiver = model.load[receiver] + (give - take) * rate_r
-                if new_receiver > model.limit[receiver]:
-                    continue
-                peak = max(before - (give - take) * rate_d, new_receiver)
-                if peak > before - min_gain or peak >= before:
-                    continue
-                candidate = (peak, given_key, taken_key, receiver, given, taken)
-                if best is None or candidate[:4] < best[:4]:
-                    best = candidate
-    if best is None:
-        return None
-    _, _, _, receiver, given, taken = best
-    return [(given, donor, receiver), (taken, receiver, donor)]
+    donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
+    best: tuple[float, str, str, str, LeaseLoad, LeaseLoad] | None = None
+    for donor in donors[:_SEARCH_WIDTH]:
+        before = model.load[donor]
+        for receiver in [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]:
+            if not movable[receiver].entries:
+                continue
+            rate_d, rate_r = model.rate[donor], model.rate[receiver]
+            if rate_d + rate_r <= 0:
+                continue
+            gap = (before - model.load[receiver]) / (rate_d + rate_r)
+            for give, given_key, given in movable[donor].entries:
+                pivot = give - gap
+                for entry in (movable[receiver].at_most(pivot), movable[receiver].above(pivot)):
+                    if entry is None:
+                        continue
+                    take, taken_key, taken = entry
+                    if take >= give:
+                        continue
+                    new_receiver = model.load[receiver] + (give - take) * rate_r
+                    if new_receiver > model.limit[receiver]:
+                        continue
+                    peak = max(before - (give - take) * rate_d, new_receiver)
+                    if peak > before - min_gain or peak >= before:
+                        continue
+                    candidate = (peak, given_key, taken_key, receiver, given, taken)
+                    if best is None or candidate[:4] < best[:4]:
+                        best = candidate
+        if best is not None:
+            _, _, _, receiver, given, taken = best
+            return [(given, donor, receiver), (taken, receiver, donor)]
+    return None
