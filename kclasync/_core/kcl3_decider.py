@@ -3,8 +3,14 @@
 Owns: ``plan_kcl3``, one assignment run of the Java KCL 3.x leader
 (``VarianceBasedLeaseAssignmentDecider``), reproduced from its documented behaviour:
 
-- the fleet average of the worker metric (CPU percent; assigned throughput when some worker has
-  no CPU metric, with an unlimited operating range) is fixed at the start of the run;
+- the fleet average of the worker metric is fixed at the start of the run. The metric is CPU
+  percent; when some worker has no CPU metric, every worker gets the default metric, assigned
+  throughput as a percentage of the target (total lease throughput / workers) with an operating
+  range of 100 (Java averages each metric over the workers reporting it; a fleet mixing CPU and
+  default metrics is not reproduced);
+- a lease without throughput counts as the average of those with it, 0 when none has; a
+  worker's leases and assigned throughput are counted at the lease's actual owner (the
+  ``checkpointOwner`` while a handoff is pending);
 - workers are served by "percentage to reach the average", (avg - v) / v (1 when v is 0),
   highest first; every lease given to a worker raises its metric by
   ``throughput * avg / (total throughput / workers)`` (``avg / target leases`` without throughput);
@@ -32,13 +38,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from kclasync._core.load_assignment import (
-    FleetSnapshot,
-    LeaseLoad,
-    Move,
-    Plan,
-    lease_throughputs,
-)
+from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, Move, Plan
 
 __all__ = ["Kcl3Settings", "is_balancing_run", "plan_kcl3"]
 
@@ -58,7 +58,7 @@ class _Run:
     def __init__(self, snapshot: FleetSnapshot, settings: Kcl3Settings, seed: int) -> None:
         self.settings = settings
         self.rng = random.Random(seed)
-        self.tp = lease_throughputs(snapshot.leases)
+        self.tp = _java_throughputs(snapshot.leases)
         workers = sorted(snapshot.workers, key=lambda w: w.worker_id)
         cpu = bool(workers) and all(w.cpu_percent is not None for w in workers)
         self.owner_of: dict[str, str | None] = {}
@@ -67,18 +67,23 @@ class _Run:
         for lease in sorted(snapshot.leases, key=lambda item: item.key):
             actual = lease.checkpoint_owner if lease.in_handoff else lease.owner
             self.owner_of[lease.key] = actual
-            if actual in self.leases_of and not lease.expired:
+            if actual in self.leases_of:
                 self.leases_of[actual].append(lease)
                 self.assigned[actual] += self.tp[lease.key]
+        n = max(len(workers), 1)
+        self.target_tp = sum(self.tp.values()) / n
         if cpu:
             self.metric = {w.worker_id: float(w.cpu_percent or 0.0) for w in workers}
             self.op_range = {w.worker_id: w.max_cpu_percent for w in workers}
         else:
-            self.metric = dict(self.assigned)
-            self.op_range = {w.worker_id: math.inf for w in workers}
-        n = max(len(workers), 1)
+            # The default ("T") metric: assigned throughput as a percentage of the target
+            # throughput per worker, with an operating range of 100.
+            self.metric = {
+                wid: (100.0 * tp / self.target_tp if self.target_tp > 0 else 0.0)
+                for wid, tp in self.assigned.items()
+            }
+            self.op_range = {w.worker_id: 100.0 for w in workers}
         self.avg = sum(self.metric.values()) / n
-        self.target_tp = sum(self.tp.values()) / n
         self.target_leases = max(len(snapshot.leases) // n, 1)
         self.queue: list[str] = []
         for worker in sorted(self.metric):
@@ -216,6 +221,22 @@ class _Run:
                     break
                 if receiver is not None:
                     self.give(lease, receiver, expired=False)
+
+
+def _java_throughputs(leases: tuple[LeaseLoad, ...]) -> dict[str, float]:
+    """A lease without throughput counts as the average of those with it (0 when none has)."""
+    known = [
+        lease.throughput_kbps
+        for lease in leases
+        if lease.throughput_kbps is not None and math.isfinite(lease.throughput_kbps)
+    ]
+    fill = sum(known) / len(known) if known else 0.0
+    return {
+        lease.key: lease.throughput_kbps
+        if lease.throughput_kbps is not None and math.isfinite(lease.throughput_kbps)
+        else fill
+        for lease in leases
+    }
 
 
 def plan_kcl3(
