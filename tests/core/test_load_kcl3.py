@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kclasync._core.kcl3_decider import Kcl3Settings, is_balancing_run, plan_kcl3
 from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
 
@@ -64,3 +67,46 @@ def test_without_cpu_it_balances_assigned_throughput() -> None:
     # metric = throughput: A 800, B 0, avg 400; A gives 800 * 0.5 * 0.6 = 240 -> two leases.
     plan = plan_kcl3(snapshot, balance=True)
     assert [(m.from_worker, m.to_worker) for m in plan.moves] == [("A", "B"), ("A", "B")]
+
+
+@st.composite
+def owned_fleets(draw: st.DrawFn) -> FleetSnapshot:
+    ids = [f"w{i}" for i in range(draw(st.integers(2, 5)))]
+    workers = tuple(WorkerLoad(wid, cpu_percent=draw(st.floats(0, 100))) for wid in ids)
+    leases = tuple(
+        LeaseLoad(
+            f"s{i:03d}",
+            draw(st.sampled_from(ids)),
+            draw(st.one_of(st.none(), st.floats(0, 2000))),
+            sticky=draw(st.booleans()),
+        )
+        for i in range(draw(st.integers(1, 24)))
+    )
+    return FleetSnapshot(leases, workers)
+
+
+@settings(max_examples=80, deadline=None)
+@given(owned_fleets(), st.integers(0, 100))
+def test_balancing_never_lifts_a_receiver_above_the_fleet_average(
+    snapshot: FleetSnapshot, seed: int
+) -> None:
+    plan = plan_kcl3(snapshot, balance=True, seed=seed)
+    assert plan.assignments == ()
+    cpu = {w.worker_id: w.cpu_percent or 0.0 for w in snapshot.workers}
+    avg = sum(cpu.values()) / len(cpu)
+    known = [
+        lease.throughput_kbps for lease in snapshot.leases if lease.throughput_kbps is not None
+    ]
+    fill = sum(known) / len(known) if known else 0.0
+    tp = {
+        lease.key: fill if lease.throughput_kbps is None else lease.throughput_kbps
+        for lease in snapshot.leases
+    }
+    target = sum(tp.values()) / len(cpu)
+    per_lease = max(len(snapshot.leases) // len(cpu), 1)
+    sticky = {lease.key for lease in snapshot.leases if lease.sticky}
+    for move in plan.moves:
+        assert move.lease_key not in sticky
+        added = tp[move.lease_key] * avg / target if target > 0 else avg / per_lease
+        cpu[move.to_worker] += added
+        assert cpu[move.to_worker] <= avg + 1e-6, (move, cpu, avg)
