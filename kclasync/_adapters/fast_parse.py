@@ -50,7 +50,7 @@ def _record(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _FastJSONParser(_JSONParser):
+class _FastJSONParser(_JSONParser):  # type: ignore[misc]
     """botocore's JSON-protocol parser, with a direct path for GetRecords bodies."""
 
     def _handle_json_body(self, raw_body: bytes, shape: Any) -> Any:
@@ -74,7 +74,7 @@ class _FastJSONParser(_JSONParser):
         return parsed
 
 
-class FastParserFactory(_ParserFactory):
+class FastParserFactory(_ParserFactory):  # type: ignore[misc]
     """Creates the fast parser for the JSON protocol (Kinesis), botocore's for the others."""
 
     def create_parser(self, protocol_name: str) -> Any:
