@@ -130,7 +130,9 @@
       else sticky.textContent = (l.sticky_mode || "unknown") + " (" + l.sticky + ")" +
         (l.sticky_worker ? " → " + l.sticky_worker : "");
       const lin = cell(row, null, "mono");
-      fill(lin, lineage(l));
+      const line = lineage(l);
+      if (line === null) lin.appendChild(none("—"));
+      else lin.textContent = line;
       body.appendChild(row);
     }
     $("lease-count").textContent = "(" + doc.leases.length + ")";
