@@ -36,7 +36,12 @@ async def serve_aiohttp(app: web.Application) -> AsyncIterator[str]:
 async def serve_asgi(app: Any) -> AsyncIterator[str]:
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=1,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -83,7 +88,9 @@ async def seed_table(client: Any, table: str) -> DynamoLeaseStore:
     kids = ("shardId-000000000001", "shardId-000000000002")
     await store.create_lease(Lease(key=parent, owner="w-a", child_shard_ids=frozenset(kids)))
     await store.create_lease(Lease(key=kids[0], owner="w-a", parent_shard_ids=frozenset({parent})))
-    await store.create_lease(Lease(key=kids[1], owner="w-b", parent_shard_ids=frozenset({parent}), sticky=10))
+    await store.create_lease(
+        Lease(key=kids[1], owner="w-b", parent_shard_ids=frozenset({parent}), sticky=10)
+    )
     await store.heartbeat_worker("w-a")
     await store.heartbeat_worker("w-b")
     state = DynamoCoordinatorState(client, coordinator_table_name(table))

@@ -70,9 +70,7 @@ async def test_aiohttp_subapp(moto: LocalAws, unique_name: str) -> None:
             return web.Response(text="the service's own page")
 
         app.router.add_get("/", own_route)
-        app.add_subapp(
-            "/fleet/", dashboard_app(unique_name, client_options=options, interval=0.2)
-        )
+        app.add_subapp("/fleet/", dashboard_app(unique_name, client_options=options, interval=0.2))
         async with serve_aiohttp(app) as base:
             async with aiohttp.ClientSession() as http, http.get(base + "/") as resp:
                 assert await resp.text() == "the service's own page"
