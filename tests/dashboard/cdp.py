@@ -11,6 +11,7 @@ import base64
 import contextlib
 import itertools
 import json
+import pathlib
 import re
 import shutil
 import subprocess
@@ -88,8 +89,7 @@ class Page:
             mobile=False,
         )
         shot = await self.send("Page.captureScreenshot", format="png")
-        with open(path, "wb") as out:
-            out.write(base64.b64decode(shot["data"]))
+        await asyncio.to_thread(pathlib.Path(path).write_bytes, base64.b64decode(shot["data"]))
 
     async def close(self) -> None:
         self._reader.cancel()

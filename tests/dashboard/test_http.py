@@ -101,9 +101,12 @@ async def test_standalone_asgi_and_missing_table(moto: LocalAws, unique_name: st
     """Under uvicorn on its own (lifespan on); a table that does not exist is shown as an
     error on the page, not a crash."""
     app = dashboard_asgi(unique_name, client_options=moto.client_options(), interval=0.2)
-    async with serve_asgi(app) as base, aiohttp.ClientSession() as http:
-        async with http.get(base + "/snapshot.json") as resp:
-            snap = await resp.json()
+    async with (
+        serve_asgi(app) as base,
+        aiohttp.ClientSession() as http,
+        http.get(base + "/snapshot.json") as resp,
+    ):
+        snap = await resp.json()
     assert snap["leases"] == [] and snap["leader"]["state"] == "none"
     assert len(snap["errors"]) == 1 and unique_name in snap["errors"][0]
 
