@@ -46,7 +46,7 @@ def stack_env(moto: LocalAws, app: str) -> dict[str, str]:
         "KCLASYNC_APPLICATION": app,
         "KCLASYNC_SHARDS": str(SHARDS),
         "KCLASYNC_METRICS_HOST": "127.0.0.1",
-        "KCLASYNC_FAILOVER": "3",
+        "KCLASYNC_FAILOVER": "2",
         "KCLASYNC_STREAM_WAIT": "60",
     }
 
@@ -158,11 +158,11 @@ async def test_prometheus_scrapes_lease_counts(stack: Stack, unique_name: str) -
             return counts == {worker: SHARDS / len(WORKERS) for worker in WORKERS}
 
         try:
-            await wait_until(balanced, 45, "two leases per worker in Prometheus")
+            took = await wait_until(balanced, 45, "two leases per worker in Prometheus")
         except AssertionError:
             logs = await asyncio.to_thread(read_logs, stack.logs)
             raise AssertionError(f"last result {counts}; logs {logs}") from None
-        print(f"{LEASES_PER_WORKER % unique_name} -> {counts}")
+        print(f"{LEASES_PER_WORKER % unique_name} -> {counts} after {took:.1f}s")
 
         # Every Grafana panel query is valid PromQL for a real Prometheus, and the leases
         # panel shows the same counts.
