@@ -77,6 +77,7 @@ async def test_leases_and_failover_in_chromium(
     moto: LocalAws, unique_name: str, tmp_path: pathlib.Path
 ) -> None:
     tally = Tally()
+    unique_name = "orders-" + unique_name.removeprefix("t-")  # the page's title, in docs/
     async with aws_for(moto, unique_name) as aws:
         await aws.create_stream(SHARDS)
         await aws.produce(1000)
