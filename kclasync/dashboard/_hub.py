@@ -54,6 +54,11 @@ class Dashboard:
         """The newest document as JSON, or None before the first poll."""
         return self._latest
 
+    @property
+    def polling(self) -> bool:
+        """True while the poll loop runs (at least one page is listening)."""
+        return self._poller is not None
+
     async def _poll_once(self, source: FleetSource) -> None:
         read = await source.read()
         loop = asyncio.get_running_loop()

@@ -13,9 +13,10 @@ import pytest
 from aiohttp import web
 from fastapi import FastAPI
 
-from kclasync.dashboard import dashboard_app, dashboard_asgi
+from kclasync.dashboard import DASHBOARD_KEY, dashboard_app, dashboard_asgi
 from kclasync.testing.emulators import LocalAws
 from tests.dashboard.http import EventReader, seed_table, serve_aiohttp, serve_asgi
+from tests.support import wait_until
 
 
 async def check_mounted(base: str, store: Any) -> None:
@@ -70,11 +71,14 @@ async def test_aiohttp_subapp(moto: LocalAws, unique_name: str) -> None:
             return web.Response(text="the service's own page")
 
         app.router.add_get("/", own_route)
-        app.add_subapp("/fleet/", dashboard_app(unique_name, client_options=options, interval=0.2))
+        sub = dashboard_app(unique_name, client_options=options, interval=0.2)
+        app.add_subapp("/fleet/", sub)
         async with serve_aiohttp(app) as base:
             async with aiohttp.ClientSession() as http, http.get(base + "/") as resp:
                 assert await resp.text() == "the service's own page"
             await check_mounted(base + "/fleet", store)
+            # Nobody is looking any more: the table is no longer read.
+            await wait_until(lambda: not sub[DASHBOARD_KEY].polling, 10, "polling to stop")
 
 
 async def test_fastapi_mount(moto: LocalAws, unique_name: str) -> None:
@@ -82,7 +86,8 @@ async def test_fastapi_mount(moto: LocalAws, unique_name: str) -> None:
     async with options.create_client("dynamodb") as client:
         store = await seed_table(client, unique_name)
         app = FastAPI()
-        app.mount("/fleet", dashboard_asgi(unique_name, client_options=options, interval=0.2))
+        mounted = dashboard_asgi(unique_name, client_options=options, interval=0.2)
+        app.mount("/fleet", mounted)
 
         @app.get("/healthz")
         def healthz() -> dict[str, str]:
@@ -95,6 +100,7 @@ async def test_fastapi_mount(moto: LocalAws, unique_name: str) -> None:
                 async with http.get(base + "/fleet", allow_redirects=False) as resp:
                     assert resp.status == 307 and resp.headers["Location"].endswith("/fleet/")
             await check_mounted(base + "/fleet", store)
+            await wait_until(lambda: not mounted.dashboard.polling, 10, "polling to stop")
 
 
 async def test_standalone_asgi_and_missing_table(moto: LocalAws, unique_name: str) -> None:
