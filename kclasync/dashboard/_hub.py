@@ -17,7 +17,7 @@ from typing import Any
 
 from kclasync._adapters.aws import ClientOptions
 from kclasync.dashboard._source import FleetSource
-from kclasync.dashboard._view import FleetView
+from kclasync.dashboard._view import FleetRead, FleetView
 
 log = logging.getLogger("kclasync.dashboard")
 
@@ -59,8 +59,7 @@ class Dashboard:
         """True while the poll loop runs (at least one page is listening)."""
         return self._poller is not None
 
-    async def _poll_once(self, source: FleetSource) -> None:
-        read = await source.read()
+    def _publish(self, read: FleetRead) -> None:
         loop = asyncio.get_running_loop()
         document = self.view.update(read, loop.time(), time.time())
         self._latest = json.dumps(document, separators=(",", ":"))
@@ -69,26 +68,42 @@ class Dashboard:
                 queue.get_nowait()
             queue.put_nowait(self._latest)
 
+    def _publish_failure(self, exc: Exception) -> None:
+        """A poll that could not even start (no region, bad credentials configuration): the
+        page shows the reason instead of waiting silently."""
+        log.debug("dashboard poll failed", exc_info=exc)
+        self._publish(FleetRead(leases=(), errors=(f"{type(exc).__name__}: {exc}",)))
+
+    async def _poll_once(self, source: FleetSource) -> None:
+        self._publish(await source.read())
+
     async def _poll(self) -> None:
         try:
             # The outer loop re-opens the clients for a listener that arrived while they were
             # being closed; between its last check and the reset below nothing awaits.
             while self._listeners:
-                async with self.source.open() as source:
-                    while self._listeners:
-                        try:
-                            await self._poll_once(source)
-                        except Exception:  # a bad poll must not end the page's updates
-                            log.exception("dashboard poll failed")
-                        await asyncio.sleep(self.interval)
+                try:
+                    async with self.source.open() as source:
+                        while self._listeners:
+                            try:
+                                await self._poll_once(source)
+                            except Exception as exc:  # a bad poll must not end the updates
+                                self._publish_failure(exc)
+                            await asyncio.sleep(self.interval)
+                except Exception as exc:  # the clients could not be created
+                    self._publish_failure(exc)
+                    await asyncio.sleep(self.interval)
         finally:
             self._poller = None
 
     async def snapshot(self) -> dict[str, Any]:
         """The current document (one read of its own when nobody is listening)."""
         if self._latest is None or self._poller is None:
-            async with self.source.open() as source:
-                await self._poll_once(source)
+            try:
+                async with self.source.open() as source:
+                    await self._poll_once(source)
+            except Exception as exc:
+                self._publish_failure(exc)
         assert self._latest is not None
         result: dict[str, Any] = json.loads(self._latest)
         return result

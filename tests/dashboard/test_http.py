@@ -148,3 +148,23 @@ def test_cli_rejects_bad_interval(interval: str, capsys: pytest.CaptureFixture[s
 
     assert main(["dashboard", "-a", "x", "--interval", interval]) == 2
     assert "--interval must be positive" in capsys.readouterr().err
+
+
+async def test_no_region_is_shown_on_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients that cannot even be created (no region anywhere) give a document naming the
+    problem, on the snapshot and on the event stream, instead of a silent page."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata lookups
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    app = dashboard_asgi("orders", interval=0.2)
+    async with serve_asgi(app) as base, aiohttp.ClientSession() as http:
+        async with http.get(base + "/snapshot.json") as resp:
+            assert resp.status == 200
+            snap = await resp.json()
+        assert snap["leases"] == [] and "NoRegionError" in snap["errors"][0]
+        async with http.get(base + "/events") as resp:
+            doc = await EventReader(resp).next()
+        assert "NoRegionError" in doc["errors"][0]
