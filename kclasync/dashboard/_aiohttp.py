@@ -6,7 +6,6 @@ Must not: read the fleet itself (``Dashboard`` does).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 
 from aiohttp import web
@@ -46,13 +45,8 @@ def aiohttp_app(dashboard: Dashboard) -> web.Application:
         await response.prepare(request)
         async with dashboard.listen() as queue:
             with contextlib.suppress(ConnectionResetError):
-                while True:
-                    try:
-                        document = await asyncio.wait_for(queue.get(), KEEPALIVE)
-                    except TimeoutError:
-                        await response.write(SSE_KEEPALIVE)
-                        continue
-                    await response.write(sse_event(document))
+                while (document := await dashboard.next(queue, KEEPALIVE)) is not None:
+                    await response.write(sse_event(document) if document else SSE_KEEPALIVE)
         return response
 
     async def stop_polling(app: web.Application) -> None:

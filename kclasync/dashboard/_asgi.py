@@ -101,18 +101,17 @@ class DashboardAsgi:
         try:
             async with self.dashboard.listen() as queue:
                 while not gone.done():
-                    getter = asyncio.ensure_future(queue.get())
-                    done, _ = await asyncio.wait(
-                        {getter, gone}, timeout=KEEPALIVE, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    if getter in done:
-                        chunk = sse_event(getter.result())
-                    else:
+                    getter = asyncio.ensure_future(self.dashboard.next(queue, KEEPALIVE))
+                    await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
                         getter.cancel()
-                        if gone in done:
-                            break
-                        chunk = SSE_KEEPALIVE
+                        break  # the client went away
+                    document = getter.result()
+                    if document is None:
+                        break  # the dashboard was closed
+                    chunk = sse_event(document) if document else SSE_KEEPALIVE
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away mid-write
         finally:

@@ -48,6 +48,7 @@ class Dashboard:
         self._latest: str | None = None
         self._listeners: set[asyncio.Queue[str]] = set()
         self._poller: asyncio.Task[None] | None = None
+        self._closed = asyncio.Event()
 
     @property
     def latest(self) -> str | None:
@@ -122,8 +123,28 @@ class Dashboard:
         finally:
             self._listeners.discard(queue)
 
+    async def next(self, queue: asyncio.Queue[str], timeout: float) -> str | None:
+        """The next document from a ``listen()`` queue; "" when none came within ``timeout``
+        seconds (time for a keep-alive); None once the dashboard is closed (end the stream)."""
+        if self._closed.is_set():
+            return None
+        getter = asyncio.ensure_future(queue.get())
+        closed = asyncio.ensure_future(self._closed.wait())
+        try:
+            await asyncio.wait(
+                {getter, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            closed.cancel()
+            if not getter.done():
+                getter.cancel()
+        if getter.done() and not getter.cancelled():
+            return getter.result()
+        return None if self._closed.is_set() else ""
+
     async def close(self) -> None:
-        """Stop polling (listeners still connected get no further documents)."""
+        """Stop polling and end every open event stream."""
+        self._closed.set()
         self._listeners.clear()
         poller = self._poller
         if poller is not None:

@@ -79,6 +79,12 @@ async def test_aiohttp_subapp(moto: LocalAws, unique_name: str) -> None:
             await check_mounted(base + "/fleet", store)
             # Nobody is looking any more: the table is no longer read.
             await wait_until(lambda: not sub[DASHBOARD_KEY].polling, 10, "polling to stop")
+            # Closing the dashboard (as the app's cleanup does) ends the open event streams.
+            async with aiohttp.ClientSession() as http, http.get(base + "/fleet/events") as resp:
+                await EventReader(resp).next()
+                await sub[DASHBOARD_KEY].close()
+                async with asyncio.timeout(5):
+                    assert await resp.content.read() == b""
 
 
 async def test_fastapi_mount(moto: LocalAws, unique_name: str) -> None:
