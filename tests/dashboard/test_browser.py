@@ -21,7 +21,7 @@ from kclasync.dashboard import dashboard_app
 from kclasync.integrations.aiohttp import add_metrics_route
 from kclasync.testing.emulators import LocalAws
 from tests.dashboard.cdp import chromium_page, chromium_path
-from tests.dashboard.http import serve_aiohttp
+from tests.dashboard.serving import serve_aiohttp
 from tests.support import Aws, Tally, aws_for, wait_until
 
 pytestmark = pytest.mark.skipif(

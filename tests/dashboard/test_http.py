@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from kclasync.dashboard import DASHBOARD_KEY, dashboard_app, dashboard_asgi
 from kclasync.testing.emulators import LocalAws
-from tests.dashboard.http import EventReader, seed_table, serve_aiohttp, serve_asgi
+from tests.dashboard.serving import EventReader, seed_table, serve_aiohttp, serve_asgi
 from tests.support import wait_until
 
 
