@@ -116,7 +116,7 @@ class Dashboard:
         if self._latest is not None:
             queue.put_nowait(self._latest)
         self._listeners.add(queue)
-        if self._poller is None:
+        if self._poller is None and not self._closed.is_set():
             self._poller = asyncio.create_task(self._poll(), name="kclasync dashboard poll")
         try:
             yield queue
