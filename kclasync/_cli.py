@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from kclasync._adapters.aws import ClientOptions
 from kclasync._simulation import cli as simulation_cli
+from kclasync.dashboard import _cli as dashboard_cli
 
 
 def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,9 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _leases_parser(sub)
     _sticky_parser(sub)
     simulation_cli.add_parser(sub)
+    dashboard_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "simulate":
         return simulation_cli.run(args)
+    if args.command == "dashboard":
+        return dashboard_cli.run(args)
     if args.command == "demo":
         from kclasync._demo import DemoSettings, run_demo
 
