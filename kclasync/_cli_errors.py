@@ -8,6 +8,7 @@ recognise (``explain`` returns None and the error propagates with its traceback:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import attrs
@@ -37,6 +38,9 @@ _DENIED = {
     "MissingAuthenticationTokenException",
     "NotAuthorized",
 }
+
+
+_XML_ERROR = re.compile(r"<Code>(?P<code>[^<]+)</Code>\s*<Message>(?P<message>[^<]*)</Message>")
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -95,6 +99,13 @@ def _client_error(err: object, target: Target) -> str:
     code = str(error.get("Code", "Unknown"))
     message = str(error.get("Message", "")).strip() or code
     operation = getattr(err, "operation_name", "?")
+    # An answer in the other protocol's shape (an XML error to a JSON service, as some
+    # emulators and proxies send) leaves botocore with the HTTP status as the code.
+    if xml := _XML_ERROR.search(message):
+        code, message = xml["code"], xml["message"]
+    elif code == "403":
+        code = "AccessDenied"
+    message = " ".join(message.split())
     if code in _DENIED:
         return f"access denied{_where(target)}: {operation} answered {code}: {message}"
     if code == "ResourceNotFoundException":
