@@ -53,6 +53,7 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--rate", type=int, default=400, help="records produced per second (400)")
     p.add_argument("--backlog", type=int, default=20000, help="records written before start")
     p.add_argument("--failover", type=float, default=3.0, help="lease failover time, s (3)")
+    p.add_argument("--record-size", type=int, default=0, help="filler bytes per record (0)")
     p.add_argument("--no-crash", action="store_true", help="do not crash a worker midway")
     p.add_argument("--plain", action="store_true", help="no screen redraws, just lines")
     p.add_argument(
@@ -141,6 +142,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 rate=args.rate,
                 backlog=args.backlog,
                 failover=args.failover,
+                record_size=args.record_size,
                 crash=not args.no_crash,
                 live=(not args.plain) and sys.stdout.isatty(),
             )
