@@ -130,9 +130,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from kclasync.testing.emulators import require_moto
 
         require_moto("kclasync demo")
+        # The embedded emulator's request log and its internal errors (it occasionally answers
+        # 500 under concurrent use; the workers retry) are noise here.
+        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
         if not args.verbose:
-            # Workers' retries and the emulator's occasional 500 under concurrent use (the
-            # workers retry) are noise in the demo's own view.
             logging.getLogger().setLevel(logging.ERROR)
         try:
             settings = DemoSettings(
