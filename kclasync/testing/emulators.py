@@ -82,16 +82,24 @@ def _wait_http(url: str, timeout: float) -> None:
 
 @contextlib.contextmanager
 def embedded_moto() -> Iterator[LocalAws]:
-    """moto's server in a thread of this process, on a free 127.0.0.1 port."""
+    """moto's server in a thread of this process, on a free 127.0.0.1 port. Its state (moto
+    keeps it per process) is emptied on exit."""
     require_moto()
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
     try:
-        yield LocalAws(f"http://{host}:{port}")
+        yield LocalAws(url)
     finally:
+        # moto keeps its state in this process's memory, not in the server: empty it, so that
+        # the next embedded server starts from nothing (the demo creates fixed names).
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(
+                urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=10
+            ).close()
         server.stop()
 
 
