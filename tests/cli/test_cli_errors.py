@@ -53,11 +53,17 @@ def one_line(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_no_region(tmp_path: Path) -> None:
-    line = one_line(run(_env(tmp_path, **CREDS), "leases", "-a", "billing"))
+def test_no_region_and_verbose_traceback(tmp_path: Path) -> None:
+    env = _env(tmp_path, **CREDS)
+    line = one_line(run(env, "leases", "-a", "billing"))
     assert line == (
         "kclasync leases: error: no AWS region: pass --region or set AWS_DEFAULT_REGION"
     )
+    verbose = run(env, "leases", "-a", "billing", "--verbose")
+    assert verbose.returncode == 1
+    assert verbose.stderr.startswith("Traceback (most recent call last):")
+    assert "botocore.exceptions.NoRegionError" in verbose.stderr
+    assert verbose.stderr.splitlines()[-1] == line
 
 
 def test_no_credentials(tmp_path: Path) -> None:
@@ -78,20 +84,14 @@ def test_missing_table(tmp_path: Path, moto: LocalAws, unique_name: str) -> None
     )
 
 
-def test_unreachable_endpoint_and_verbose_traceback(tmp_path: Path) -> None:
+def test_unreachable_endpoint(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     env = _env(tmp_path, **CREDS)
     args = ("leases", "-a", "billing", "--endpoint-url", url, "--region", "us-east-1")
-    line = one_line(run(env, *args))
-    assert line == (
+    assert one_line(run(env, *args)) == (
         f"kclasync leases: error: cannot reach {url}/ (EndpointConnectionError): "
         "check the endpoint, the region and the network"
     )
-    verbose = run(env, *args, "--verbose")
-    assert verbose.returncode == 1
-    assert verbose.stderr.startswith("Traceback (most recent call last):")
-    assert "botocore.exceptions.EndpointConnectionError" in verbose.stderr
-    assert verbose.stderr.splitlines()[-1] == line
 
 
 @pytest.fixture(scope="module")
