@@ -60,6 +60,7 @@ from kclasync.errors import (
     ProcessorFailedError,
     StreamNotFoundError,
 )
+from kclasync.logging import bind_log_context, log_context
 
 log = logging.getLogger("kclasync._consumer")
 
@@ -282,6 +283,7 @@ class Consumer:
     async def run(self) -> None:
         """Consume until ``stop()``. Raises the error that stopped it, if any."""
         async with contextlib.AsyncExitStack() as stack:
+            stack.enter_context(log_context(worker=self.worker_id))
             if self._store is None:
                 from kclasync._adapters.dynamodb import DynamoLeaseStore
 
@@ -340,6 +342,9 @@ class Consumer:
             lock_duration=cfg.leader_lock_duration,
             heartbeat_interval=cfg.leader_heartbeat_interval,
             rng=self._rng,
+            # The loop's clock, bound now: ``is_leader`` (and so ``health``) is then readable
+            # from any thread, e.g. a web framework's thread pool.
+            clock=asyncio.get_running_loop().time,
         )
         self._elector = elector
         # Also proves the stream exists (StreamNotFoundError is not retried) before anything starts.
@@ -841,6 +846,7 @@ class Consumer:
 
     async def _run_shard(self, run: _ShardRun) -> None:
         key = run.held.key
+        bind_log_context(stream=run.shard.stream, shard=run.shard.shard_id, lease_key=key)
         coordinator = self.coordinator
         try:
             outcome = await run.shard.run()
