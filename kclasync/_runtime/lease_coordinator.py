@@ -1,8 +1,9 @@
-"""The lease coordinator: renewer and taker loops, fenced checkpoints and releases.
+"""The lease coordinator: renewer and taker loops, fenced writes and releases.
 
 Owns: the set of leases this worker holds, their local counters and renewal times, and applying
-the taker's plans through the ``LeaseStore``. Decisions (what is expired, what to take) come from
-``kclasync._core``.
+the taker's plans through the ``LeaseStore``. Decisions (what is expired, what to take, what a
+refused write means, when a handoff times out) come from ``kclasync._core`` (``held_lease``,
+``lease_taker``, ``expiry``); this module only applies them.
 Must not: read any clock but the event loop's, or touch stream records.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import random
 from collections.abc import Callable
@@ -20,7 +20,22 @@ import attrs
 
 from kclasync._adapters.protocols import AdapterError, LeaseStore, ThrottledError
 from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import CorruptLeaseError, Lease, StickyMode
+from kclasync._core.held_lease import (
+    FINAL,
+    Event,
+    FailedWrite,
+    HeldState,
+    IncomingStep,
+    Verdict,
+    credits_renewal,
+    explain_failed_write,
+    incoming_step,
+    is_stale,
+    next_state,
+    outgoing_timed_out,
+    release_reason,
+)
+from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView
 from kclasync._core.position import Checkpoint
 from kclasync._runtime.metrics import ConsumerMetrics
@@ -29,10 +44,7 @@ from kclasync.errors import LeaseLostError
 log = logging.getLogger("kclasync.leases")
 
 
-class HeldState(enum.Enum):
-    ACTIVE = "active"  # ours; its pipeline runs
-    INCOMING = "incoming"  # handed to us; waiting for the old owner's final checkpoint
-    OUTGOING = "outgoing"  # being handed away; our pipeline finishes, checkpoints, lets go
+__all__ = ["HeldLease", "HeldState", "LeaseCoordinator", "LeaseListener"]
 
 
 @attrs.define(eq=False)
@@ -43,7 +55,6 @@ class HeldLease:
     #: Loop time at which the last successful counter-changing write was sent.
     renewed_at: float
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    lost: bool = False
     state: HeldState = HeldState.ACTIVE
     #: Loop time a handoff (either way) started.
     since: float = 0.0
@@ -53,6 +64,17 @@ class HeldLease:
     @property
     def key(self) -> str:
         return self.lease.key
+
+    @property
+    def lost(self) -> bool:
+        """No write goes through this handle any more (lost, or let go)."""
+        return self.state in FINAL
+
+    def apply(self, event: Event) -> HeldState:
+        """Move along one edge of ``kclasync._core.held_lease``; returns the state left."""
+        left = self.state
+        self.state = next_state(left, event)
+        return left
 
 
 class LeaseListener(Protocol):
@@ -139,7 +161,7 @@ class LeaseCoordinator:
     def _lose(self, held: HeldLease, reason: str) -> None:
         if held.lost:
             return
-        held.lost = True
+        held.apply(Event.LOSE)
         if self.held.get(held.key) is held:
             del self.held[held.key]
         self.metrics.leases_lost.labels(*self.labels).inc()
@@ -149,8 +171,23 @@ class LeaseCoordinator:
 
     def _check_stale(self, held: HeldLease) -> None:
         """Stop treating a lease as held once it has gone unrenewed for the failover time."""
-        if self.now() - held.renewed_at > self.failover_time:
+        if not held.lost and is_stale(held.renewed_at, self.now(), self.failover_time):
             self._lose(held, f"not renewed for more than {self.failover_time}s")
+
+    def ensure_held(self, held: HeldLease) -> None:
+        """Raise ``LeaseLostError`` unless ``held`` is still ours and renewed within the
+        failover time (checked before each batch is delivered: after a stall another worker
+        may own the lease by now)."""
+        self._check_stale(held)
+        if held.lost:
+            raise LeaseLostError(held.key, "not renewed within the failover time")
+
+    def exclude(self, key: str, seconds: float) -> None:
+        """Do not take ``key`` again for ``seconds`` (a shard whose pipeline failed)."""
+        self.excluded[key] = self.now() + seconds
+
+    def is_excluded(self, key: str) -> bool:
+        return key in self.excluded
 
     async def release(self, key: str) -> bool:
         """Let a lease go: finish the handoff if one is under way from us, otherwise remove our
@@ -161,11 +198,12 @@ class LeaseCoordinator:
         async with held.lock:
             if held.lost:
                 return False
-            held.lost = True  # no more writes through this handle, whatever happens next
+            # No more writes through this handle, whatever happens next.
+            outgoing = held.apply(Event.RELEASE) is HeldState.OUTGOING
             self.held.pop(key, None)
             self._update_gauge()
             try:
-                if held.state is HeldState.OUTGOING:
+                if outgoing:
                     done = await self.store.finish_handoff(held.lease)
                 else:
                     done = await self.store.release_lease(held.lease)
@@ -174,7 +212,7 @@ class LeaseCoordinator:
                 return False
         if done is not None:
             self.metrics.released.labels(*self.labels).inc()
-            verb = "handed over" if held.state is HeldState.OUTGOING else "released"
+            verb = "handed over" if outgoing else "released"
             log.info("worker %s %s lease %s", self.worker_id, verb, key)
         return done is not None
 
@@ -195,26 +233,29 @@ class LeaseCoordinator:
                 return
             if held.state is HeldState.OUTGOING:
                 # Not ours to renew; the new owner does. We only have until the handoff timeout.
-                if self.now() - held.since > self.handoff_timeout:
+                if outgoing_timed_out(held.since, self.now(), self.handoff_timeout):
                     self._lose(held, "the handoff was not finished in time")
                 return
             sent = self.now()
+            verdict: Verdict | None = None
             try:
                 renewed = await self.store.renew_lease(held.lease)
-                confirmed = renewed is not None
                 if renewed is None:
                     current = await self.store.get_lease(held.key)
-                    if (
-                        current is not None
-                        and held.state is HeldState.INCOMING
-                        and current.checkpoint_owner == self.worker_id
-                        and current.owner != self.worker_id
-                    ):
-                        # Handed back before we noticed we had it: we never read from it, so
+                    verdict = explain_failed_write(
+                        me=self.worker_id,
+                        state=held.state,
+                        held=held.lease,
+                        current=current,
+                        write=FailedWrite.renewal(),
+                    )
+                    if verdict is Verdict.PASS_ON:
+                        # Handed on before we noticed we had it: we never read from it, so
                         # there is nothing to drain; complete the new handoff at once.
+                        assert current is not None
                         await self._pass_on_unstarted(held, current)
                         return
-                    renewed = self._reconcile_renewal(held, current)
+                    renewed = self._apply_verdict(held, current, verdict, "renewal")
             except (AdapterError, CorruptLeaseError) as exc:
                 reason = "throttled" if isinstance(exc, ThrottledError) else "error"
                 self.metrics.renewal_failures.labels(*self.labels, reason).inc()
@@ -224,40 +265,32 @@ class LeaseCoordinator:
             if renewed is None:
                 return  # lost, or now being handed away: handled by _reconcile_renewal
             held.lease = renewed
-            if confirmed:
-                # Only a write sent now renews the lease now. After a reconciled failure the
-                # write that counted was an earlier attempt, sent before ``sent``; crediting
-                # ``sent`` would let this worker outlive the expiry others compute (found by
-                # the simulation: 50 workers x 500 shards, seed 7). The next renewal refreshes.
+            # After a reconciled failure the write that counted was sent before ``sent``
+            # (found by the simulation: 50 workers x 500 shards, seed 7).
+            if credits_renewal(verdict, FailedWrite.renewal()):
                 held.renewed_at = sent
             self.metrics.renewals.labels(*self.labels).inc()
         await self._after_renewal(held)
 
-    def _reconcile_renewal(self, held: HeldLease, current: Lease | None) -> Lease | None:
-        """Explain a failed renewal condition from a fresh read of the lease."""
-        me = self.worker_id
-        if current is not None and current.owner == me:
-            if current.counter == held.lease.counter + 1:
-                return current  # our own earlier attempt went through (a retried request)
-            if held.state is HeldState.INCOMING and current.checkpoint_owner in (
-                None,
-                held.lease.checkpoint_owner,
-            ):
-                return current  # the old owner finished (or checkpointed) the handoff
-        if (
-            current is not None
-            and current.checkpoint_owner == me
-            and current.owner != me
-            and held.state is HeldState.ACTIVE
-        ):
+    def _apply_verdict(
+        self, held: HeldLease, current: Lease | None, verdict: Verdict, what: str
+    ) -> Lease | None:
+        """Do what ``explain_failed_write`` decided. Returns the lease to adopt, or None."""
+        if verdict in (Verdict.OURS, Verdict.HANDOFF_PROGRESS):
+            return current
+        if verdict is Verdict.HANDOFF_STARTED:
+            assert current is not None
             self._start_outgoing(held, current)
             return None
-        self.metrics.renewal_failures.labels(*self.labels, "lost").inc()
-        self._lose(held, "another worker changed the lease (counter or owner)")
+        if what == "renewal":
+            self.metrics.renewal_failures.labels(*self.labels, "lost").inc()
+            self._lose(held, "another worker changed the lease (counter or owner)")
+        else:
+            self._lose(held, f"{what} rejected: another worker changed the lease")
         return None
 
     async def _pass_on_unstarted(self, held: HeldLease, current: Lease) -> None:
-        held.lost = True
+        held.apply(Event.RELEASE)
         if self.held.get(held.key) is held:
             del self.held[held.key]
         self._update_gauge()
@@ -271,7 +304,7 @@ class LeaseCoordinator:
         )
 
     def _start_outgoing(self, held: HeldLease, current: Lease) -> None:
-        held.state = HeldState.OUTGOING
+        held.apply(Event.HANDOFF_AWAY)
         held.since = self.now()
         held.lease = current
         log.info("worker %s hands lease %s over to %s", self.worker_id, held.key, current.owner)
@@ -280,34 +313,30 @@ class LeaseCoordinator:
     async def _after_renewal(self, held: HeldLease) -> None:
         lease = held.lease
         if held.state is HeldState.INCOMING:
-            waited = self.now() - held.since
-            if lease.checkpoint_owner is None:
+            step = incoming_step(
+                lease,
+                since=held.since,
+                now=self.now(),
+                handoff_timeout=self.handoff_timeout,
+                old_owner_live=lease.checkpoint_owner in self.live_workers,
+                worker_failover=self.workers.failover_time,
+            )
+            if step is IncomingStep.ACTIVATE:
                 self._activate(held, "the old owner finished the handoff")
-            elif waited > self.handoff_timeout or (
-                # The old owner stopped heartbeating: it will never finish; do not wait for
-                # the handoff timeout.
-                lease.checkpoint_owner not in self.live_workers
-                and waited > self.workers.failover_time
-            ):
+            elif step is IncomingStep.FORCE:
                 await self._force_handoff(held)
             return
         if held.release_requested:
             return
-        if lease.sticky_mode is StickyMode.RELEASE:
-            why = "Sticky=20"
-        elif lease.sticky_mode is StickyMode.PINNED and lease.sticky_worker not in (
-            None,
-            self.worker_id,
-        ):
-            why = f"pinned to {lease.sticky_worker}"
-        else:
+        why = release_reason(lease, self.worker_id)
+        if why is None:
             return
         held.release_requested = True
         log.info("lease %s: %s; finishing its batch and releasing it", held.key, why)
         self.listener.lease_stop_requested(held, why)
 
     def _activate(self, held: HeldLease, why: str) -> None:
-        held.state = HeldState.ACTIVE
+        held.apply(Event.HANDOFF_DONE)
         log.info("worker %s starts lease %s: %s", self.worker_id, held.key, why)
         self.listener.lease_acquired(held)
 
@@ -359,24 +388,18 @@ class LeaseCoordinator:
             written = await self.store.checkpoint(held.lease, checkpoint, pending)
             if written is None:
                 current = await self.store.get_lease(key)
-                expected = held.lease.checkpoint if pending is not None else checkpoint
-                if (
-                    current is not None
-                    and current.owner == self.worker_id
-                    and current.counter == held.lease.counter + 1
-                    and current.checkpoint == expected
-                ):
-                    written = current  # our own retried request went through
-                elif (
-                    current is not None
-                    and current.checkpoint_owner == self.worker_id
-                    and current.owner != self.worker_id
-                ):
+                verdict = explain_failed_write(
+                    me=self.worker_id,
+                    state=held.state,
+                    held=held.lease,
+                    current=current,
+                    write=FailedWrite.of_checkpoint(held.lease, checkpoint, pending),
+                )
+                written = self._apply_verdict(held, current, verdict, "checkpoint")
+                if verdict is Verdict.HANDOFF_STARTED:
                     # A handoff began under us: checkpoint as the old owner, then let go.
-                    self._start_outgoing(held, current)
                     return await self._checkpoint_outgoing(held, checkpoint, pending)
             if written is None:
-                self._lose(held, "checkpoint rejected: another worker changed the lease")
                 raise LeaseLostError(key, "the checkpoint was rejected by the lease table")
             held.lease = written
             held.renewed_at = sent
@@ -385,7 +408,7 @@ class LeaseCoordinator:
     async def _checkpoint_outgoing(
         self, held: HeldLease, checkpoint: Checkpoint, pending: Checkpoint | None
     ) -> Lease:
-        if self.now() - held.since > self.handoff_timeout:
+        if outgoing_timed_out(held.since, self.now(), self.handoff_timeout):
             self._lose(held, "the handoff was not finished in time")
             raise LeaseLostError(held.key, "the handoff timed out")
         written = await self.store.checkpoint(held.lease, checkpoint, pending)
@@ -394,6 +417,37 @@ class LeaseCoordinator:
             raise LeaseLostError(held.key, "the new owner forced the handoff")
         held.lease = written
         return written
+
+    async def write_child_shard_ids(self, key: str, child_ids: frozenset[str]) -> bool:
+        """Record a finished lease's children, fenced like a checkpoint and under the lease's
+        lock so it never races a renewal. False if the lease changed (the leader's shard sync
+        writes them later)."""
+        held = self.held.get(key)
+        if held is None:
+            return False
+        async with held.lock:
+            if held.lost:
+                return False
+            sent = self.now()
+            written = await self.store.update_child_shard_ids(held.lease, child_ids)
+            if written is None:
+                current = await self.store.get_lease(key)
+                write = FailedWrite.of_child_shard_ids(child_ids)
+                verdict = explain_failed_write(
+                    me=self.worker_id,
+                    state=held.state,
+                    held=held.lease,
+                    current=current,
+                    write=write,
+                )
+                # Not being able to write them loses nothing: the lease is finished anyway.
+                written = current if verdict is Verdict.OURS else None
+            if written is None:
+                log.warning("could not write childShardIds of %s: the lease changed", key)
+                return False
+            held.lease = written
+            held.renewed_at = sent
+            return True
 
     # -- taking ----------------------------------------------------------------------------
 
