@@ -69,12 +69,18 @@ def test_a_class_missing_methods_is_refused() -> None:
 def test_async_handlers_classes_and_zero_argument_factories_are_accepted() -> None:
     async def handle(records: Sequence[Record]) -> None: ...
 
-    class Good(SyncProcessor):
+    class Good:
         async def initialize(self, shard: ShardInfo) -> None: ...
 
         async def process_records(
             self, records: Sequence[Record], checkpointer: Checkpointer, millis: int | None
         ) -> None: ...
+
+        async def lease_lost(self) -> None: ...
+
+        async def shard_ended(self, checkpointer: Checkpointer) -> None: ...
+
+        async def shutdown_requested(self, checkpointer: Checkpointer) -> None: ...
 
     build(handle)
     build(Good)
