@@ -32,15 +32,18 @@ A failed conditional write is explained from one fresh read of the lease
 1. no lease                                                   -> LOST
 2. owner=us, counter=ours+1, and the written field holds what  -> OURS   (our own earlier attempt
    we wrote (checkpoint / childShardIds; nothing for renewals)             went through; adopt it)
-3. renewal while INCOMING, owner=other, checkpointOwner=us     -> PASS_ON (handed on again before we
+3. a checkpoint or childShardIds write: owner=us,              -> RETRY  (a renewal of ours,
+   counter=ours+1, the written field as we last had it                   its reply lost, went
+                                                                         through: write once more)
+4. renewal while INCOMING, owner=other, checkpointOwner=us     -> PASS_ON (handed on again before we
                                                                            started: finish at once)
-4. renewal while INCOMING, owner=us, checkpointOwner unchanged -> HANDOFF_PROGRESS (the old owner
+5. renewal while INCOMING, owner=us, checkpointOwner unchanged -> HANDOFF_PROGRESS (the old owner
    or cleared                                                              checkpointed or finished)
-5. renewal while ACTIVE, or a checkpoint: owner=other,          -> HANDOFF_STARTED (go OUTGOING)
+6. renewal while ACTIVE, or a checkpoint: owner=other,          -> HANDOFF_STARTED (go OUTGOING)
    checkpointOwner=us
-6. anything else                                               -> LOST
+7. anything else                                               -> LOST
 
-Adopting after rule 2 or 4 does not count as renewing now: the write that counted was sent
+Adopting after rule 2 or 5 does not count as renewing now: the write that counted was sent
 earlier, so the renewal time is not moved (``credits_renewal``).
 """
 
@@ -109,8 +112,10 @@ class FailedWrite:
     """A conditional write the table refused, and what it would have written."""
 
     kind: WriteKind
-    #: CHECKPOINT: the checkpoint the lease holds if the write went through.
+    #: CHECKPOINT: the checkpoint (and pending checkpoint) the lease holds if the write went
+    #: through.
     checkpoint: Checkpoint | None = None
+    pending: Checkpoint | None = None
     #: CHILD_SHARD_IDS: the ids written.
     child_shard_ids: frozenset[str] | None = None
 
@@ -123,7 +128,11 @@ class FailedWrite:
         cls, held: Lease, checkpoint: Checkpoint, pending: Checkpoint | None
     ) -> FailedWrite:
         # A pending (two-phase) write leaves the checkpoint as it was.
-        return cls(WriteKind.CHECKPOINT, checkpoint=held.checkpoint if pending else checkpoint)
+        return cls(
+            WriteKind.CHECKPOINT,
+            checkpoint=held.checkpoint if pending else checkpoint,
+            pending=pending,
+        )
 
     @classmethod
     def of_child_shard_ids(cls, ids: frozenset[str]) -> FailedWrite:
@@ -132,6 +141,7 @@ class FailedWrite:
 
 class Verdict(enum.Enum):
     OURS = "ours"  # our own earlier attempt went through: adopt the read lease
+    RETRY = "retry"  # another write of ours went through first: write again on the read lease
     HANDOFF_PROGRESS = "handoff_progress"  # INCOMING: the old owner moved on; adopt the read lease
     PASS_ON = "pass_on"  # INCOMING, handed on again before we started: finish that handoff
     HANDOFF_STARTED = "handoff_started"  # another worker asks for the lease: go OUTGOING
@@ -140,10 +150,22 @@ class Verdict(enum.Enum):
 
 def _holds_what_we_wrote(current: Lease, write: FailedWrite) -> bool:
     if write.kind is WriteKind.CHECKPOINT:
-        return current.checkpoint == write.checkpoint
+        return (
+            current.checkpoint == write.checkpoint and current.pending_checkpoint == write.pending
+        )
     if write.kind is WriteKind.CHILD_SHARD_IDS:
         return current.child_shard_ids == write.child_shard_ids
     return True
+
+
+def _as_held(held: Lease, kind: WriteKind) -> FailedWrite:
+    """The write that would leave ``held``'s fields as they are (nothing of ours changed)."""
+    return FailedWrite(
+        kind,
+        checkpoint=held.checkpoint,
+        pending=held.pending_checkpoint,
+        child_shard_ids=held.child_shard_ids,
+    )
 
 
 def explain_failed_write(
@@ -155,6 +177,13 @@ def explain_failed_write(
     ours = current.owner == me
     if ours and current.counter == held.counter + 1 and _holds_what_we_wrote(current, write):
         return Verdict.OURS
+    if (
+        ours
+        and current.counter == held.counter + 1
+        and write.kind is not WriteKind.RENEWAL
+        and _holds_what_we_wrote(current, _as_held(held, write.kind))
+    ):
+        return Verdict.RETRY
     asked_away = current.checkpoint_owner == me and not ours
     if write.kind is WriteKind.RENEWAL and state is HeldState.INCOMING:
         if asked_away:

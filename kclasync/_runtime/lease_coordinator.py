@@ -384,9 +384,12 @@ class LeaseCoordinator:
             self._check_stale(held)
             if held.lost:
                 raise LeaseLostError(key, "not renewed within the failover time")
-            sent = self.now()
-            written = await self.store.checkpoint(held.lease, checkpoint, pending)
-            if written is None:
+            written: Lease | None = None
+            for attempt in (1, 2):
+                sent = self.now()
+                written = await self.store.checkpoint(held.lease, checkpoint, pending)
+                if written is not None:
+                    break
                 current = await self.store.get_lease(key)
                 verdict = explain_failed_write(
                     me=self.worker_id,
@@ -395,10 +398,14 @@ class LeaseCoordinator:
                     current=current,
                     write=FailedWrite.of_checkpoint(held.lease, checkpoint, pending),
                 )
+                if verdict is Verdict.RETRY and attempt == 1 and current is not None:
+                    held.lease = current  # a renewal of ours went through first
+                    continue
                 written = self._apply_verdict(held, current, verdict, "checkpoint")
                 if verdict is Verdict.HANDOFF_STARTED:
                     # A handoff began under us: checkpoint as the old owner, then let go.
                     return await self._checkpoint_outgoing(held, checkpoint, pending)
+                break
             if written is None:
                 raise LeaseLostError(key, "the checkpoint was rejected by the lease table")
             held.lease = written
@@ -428,20 +435,26 @@ class LeaseCoordinator:
         async with held.lock:
             if held.lost:
                 return False
-            sent = self.now()
-            written = await self.store.update_child_shard_ids(held.lease, child_ids)
-            if written is None:
+            written: Lease | None = None
+            for attempt in (1, 2):
+                sent = self.now()
+                written = await self.store.update_child_shard_ids(held.lease, child_ids)
+                if written is not None:
+                    break
                 current = await self.store.get_lease(key)
-                write = FailedWrite.of_child_shard_ids(child_ids)
                 verdict = explain_failed_write(
                     me=self.worker_id,
                     state=held.state,
                     held=held.lease,
                     current=current,
-                    write=write,
+                    write=FailedWrite.of_child_shard_ids(child_ids),
                 )
+                if verdict is Verdict.RETRY and attempt == 1 and current is not None:
+                    held.lease = current  # a renewal of ours went through first
+                    continue
                 # Not being able to write them loses nothing: the lease is finished anyway.
                 written = current if verdict is Verdict.OURS else None
+                break
             if written is None:
                 log.warning("could not write childShardIds of %s: the lease changed", key)
                 return False

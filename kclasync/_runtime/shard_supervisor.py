@@ -89,7 +89,7 @@ class ShardSupervisor:
     async def _release(self, key: str) -> bool:
         """Release ``key``; an unexpected error is logged, not let loose in the task group."""
         try:
-            return await self._release(key)
+            return await self.coordinator.release(key)
         except Exception:
             log.exception("releasing lease %s failed (it will expire)", key)
             return False

@@ -113,10 +113,22 @@ def test_a_retried_checkpoint_is_ours_only_if_the_table_holds_what_we_wrote() ->
     assert credits_renewal(Verdict.OURS, write)
 
 
-def test_a_pending_checkpoint_leaves_the_checkpoint_as_it_was() -> None:
+def test_a_pending_checkpoint_is_ours_only_if_the_pending_value_is_there() -> None:
     write = FailedWrite.of_checkpoint(HELD, HELD.checkpoint, Checkpoint("300"))
     assert write.checkpoint == HELD.checkpoint
-    assert explain(attrs.evolve(HELD, counter=6), write) is Verdict.OURS
+    pending = attrs.evolve(HELD, counter=6, pending_checkpoint=Checkpoint("300"))
+    assert explain(pending, write) is Verdict.OURS
+    # The counter moved but nothing we wrote is there: a renewal of ours went through.
+    assert explain(attrs.evolve(HELD, counter=6), write) is Verdict.RETRY
+
+
+def test_a_checkpoint_after_a_renewal_whose_reply_was_lost_is_retried_not_lost() -> None:
+    write = FailedWrite.of_checkpoint(HELD, Checkpoint("200"), None)
+    renewed = attrs.evolve(HELD, counter=6)  # our renewal landed; we never saw the reply
+    assert explain(renewed, write) is Verdict.RETRY
+    assert explain(attrs.evolve(renewed, counter=7), write) is Verdict.LOST  # two writes: not ours
+    child_write = FailedWrite.of_child_shard_ids(frozenset({"c1"}))
+    assert explain(renewed, child_write) is Verdict.RETRY
 
 
 def test_a_checkpoint_that_finds_a_handoff_checkpoints_as_the_old_owner() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
@@ -15,9 +14,8 @@ from kclasync._adapters.memory import (
     MemoryLeaseTable,
     MemoryStreamClient,
 )
+from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
-
-pytestmark = pytest.mark.asyncio
 
 
 def worker(
@@ -55,6 +53,7 @@ def live_workers(consumer: Consumer) -> frozenset[str]:
     return coordinator.live_workers if coordinator is not None else frozenset()
 
 
+@in_virtual_time
 async def test_idle_workers_count_and_dead_ones_drop_out() -> None:
     table, client, state = MemoryLeaseTable(), MemoryStreamClient(), MemoryCoordinatorState()
     client.create_stream("s", 1)  # one lease for three workers: two of them stay idle
