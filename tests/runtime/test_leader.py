@@ -81,7 +81,6 @@ async def test_election_on_dynamodb(moto: LocalAws, unique_name: str) -> None:
 
 
 @in_virtual_time
-@pytest.mark.asyncio
 async def test_elector_loop_takes_over_from_a_dead_leader() -> None:
     state = MemoryCoordinatorState()
     make = lambda name: LeaderElector(  # noqa: E731
