@@ -263,7 +263,7 @@ class LeaseCoordinator:
                 self._check_stale(held)
                 return
             if renewed is None:
-                return  # lost, or now being handed away: handled by _reconcile_renewal
+                return  # lost, or now being handed away: handled by _apply_verdict
             held.lease = renewed
             # After a reconciled failure the write that counted was sent before ``sent``
             # (found by the simulation: 50 workers x 500 shards, seed 7).
