@@ -1,7 +1,8 @@
-"""The lease coordinator: renewer and taker loops, fenced writes and releases.
+"""The lease coordinator: the leases this worker holds, renewed, fenced, handed over, released.
 
-Owns: the set of leases this worker holds, their local counters and renewal times, and applying
-the taker's plans through the ``LeaseStore``. Decisions (what is expired, what to take, what a
+Owns: the held leases, their local counters and renewal times, the renewer loop, fenced writes
+(checkpoints, childShardIds), handoffs and releases; taking rounds are ``lease_taking``'s and
+feed ``held``. Decisions (what is expired, what to take, what a
 refused write means, when a handoff times out) come from ``kclasync._core`` (``held_lease``,
 ``lease_taker``, ``expiry``); this module only applies them.
 Must not: read any clock but the event loop's, or touch stream records.
@@ -10,18 +11,12 @@ Must not: read any clock but the event loop's, or touch stream records.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable
-from typing import Protocol
-
-import attrs
 
 from kclasync._adapters.protocols import AdapterError, LeaseStore, ThrottledError
-from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.held_lease import (
-    FINAL,
     Event,
     FailedWrite,
     HeldState,
@@ -31,13 +26,14 @@ from kclasync._core.held_lease import (
     explain_failed_write,
     incoming_step,
     is_stale,
-    next_state,
     outgoing_timed_out,
     release_reason,
 )
 from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView
+from kclasync._core.lease_taker import LeaseTaker
 from kclasync._core.position import Checkpoint
+from kclasync._runtime.held import HeldLease, LeaseListener
+from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync.errors import LeaseLostError
 
@@ -45,47 +41,6 @@ log = logging.getLogger("kclasync.leases")
 
 
 __all__ = ["HeldLease", "HeldState", "LeaseCoordinator", "LeaseListener"]
-
-
-@attrs.define(eq=False)
-class HeldLease:
-    """A lease this worker holds, with the local state that fences its writes."""
-
-    lease: Lease
-    #: Loop time at which the last successful counter-changing write was sent.
-    renewed_at: float
-    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    state: HeldState = HeldState.ACTIVE
-    #: Loop time a handoff (either way) started.
-    since: float = 0.0
-    #: Sticky=20 was seen: the pipeline is stopping and the lease will be released.
-    release_requested: bool = False
-
-    @property
-    def key(self) -> str:
-        return self.lease.key
-
-    @property
-    def lost(self) -> bool:
-        """No write goes through this handle any more (lost, or let go)."""
-        return self.state in FINAL
-
-    def apply(self, event: Event) -> HeldState:
-        """Move along one edge of ``kclasync._core.held_lease``; returns the state left."""
-        left = self.state
-        self.state = next_state(left, event)
-        return left
-
-
-class LeaseListener(Protocol):
-    def lease_acquired(self, held: HeldLease) -> None:
-        """The lease is ours to process: start its pipeline."""
-
-    def lease_lost(self, held: HeldLease, reason: str) -> None:
-        """The lease is gone: stop its pipeline at once."""
-
-    def lease_stop_requested(self, held: HeldLease, reason: str) -> None:
-        """Finish the batch in flight, let the processor checkpoint, then call ``release``."""
 
 
 class LeaseCoordinator:
@@ -113,32 +68,23 @@ class LeaseCoordinator:
         self.worker_id = worker_id
         self.failover_time = failover_time
         self.renewer_interval = renewer_interval
-        self.taker_interval = taker_interval
-        self.taker = taker
-        self.max_leases_for_worker = max_leases_for_worker
-        self.max_leases_to_steal = max_leases_to_steal
         self.metrics = metrics
         self.labels = (application, worker_id)
         self.listener = listener
-        self.rng = rng
         self._clock = clock
-        self.expiry = ExpiryTracker(failover_time)
-        self.graceful_handoff = graceful_handoff
         self.handoff_timeout = handoff_timeout
-        self.workers = ExpiryTracker(
-            worker_timeout if worker_timeout is not None else failover_time
-        )
-        #: Workers judged live at the last scan (registry heartbeats), this one included.
-        self.live_workers: frozenset[str] = frozenset({worker_id})
-        self._reported_sticky: set[str] = set()
-        #: Taking rounds completed (for tests, benchmarks and the demo).
-        self.rounds = 0
         self.held: dict[str, HeldLease] = {}
-        #: Lease keys this worker will not take until the given loop time.
-        self.excluded: dict[str, float] = {}
-        self.taking_enabled = True
-        self._reported_corrupt: set[str] = set()
-        self.last_scan: tuple[Lease, ...] = ()
+        #: The taking rounds (scan, plan, take, steal) that feed ``held``.
+        self.taking = LeaseTaking(
+            self,
+            taker=taker,
+            interval=taker_interval,
+            max_leases_for_worker=max_leases_for_worker,
+            max_leases_to_steal=max_leases_to_steal,
+            rng=rng,
+            graceful_handoff=graceful_handoff,
+            worker_timeout=worker_timeout if worker_timeout is not None else failover_time,
+        )
         # Create the worker's series now, so a scrape shows zeros rather than nothing.
         for family in (
             metrics.renewals,
@@ -148,12 +94,17 @@ class LeaseCoordinator:
             metrics.released,
         ):
             family.labels(*self.labels)
-        self._update_gauge()
+        self.update_gauge()
+
+    @property
+    def rounds(self) -> int:
+        """Taking rounds completed."""
+        return self.taking.rounds
 
     def now(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
 
-    def _update_gauge(self) -> None:
+    def update_gauge(self) -> None:
         self.metrics.leases_held.labels(*self.labels).set(len(self.held))
 
     # -- losing, releasing -----------------------------------------------------------------
@@ -165,7 +116,7 @@ class LeaseCoordinator:
         if self.held.get(held.key) is held:
             del self.held[held.key]
         self.metrics.leases_lost.labels(*self.labels).inc()
-        self._update_gauge()
+        self.update_gauge()
         log.warning("worker %s lost lease %s: %s", self.worker_id, held.key, reason)
         self.listener.lease_lost(held, reason)
 
@@ -182,13 +133,6 @@ class LeaseCoordinator:
         if held.lost:
             raise LeaseLostError(held.key, "not renewed within the failover time")
 
-    def exclude(self, key: str, seconds: float) -> None:
-        """Do not take ``key`` again for ``seconds`` (a shard whose pipeline failed)."""
-        self.excluded[key] = self.now() + seconds
-
-    def is_excluded(self, key: str) -> bool:
-        return key in self.excluded
-
     async def release(self, key: str) -> bool:
         """Let a lease go: finish the handoff if one is under way from us, otherwise remove our
         ownership (conditional on still owning it). True if the table took the write."""
@@ -201,7 +145,7 @@ class LeaseCoordinator:
             # No more writes through this handle, whatever happens next.
             outgoing = held.apply(Event.RELEASE) is HeldState.OUTGOING
             self.held.pop(key, None)
-            self._update_gauge()
+            self.update_gauge()
             try:
                 if outgoing:
                     done = await self.store.finish_handoff(held.lease)
@@ -293,7 +237,7 @@ class LeaseCoordinator:
         held.apply(Event.RELEASE)
         if self.held.get(held.key) is held:
             del self.held[held.key]
-        self._update_gauge()
+        self.update_gauge()
         done = await self.store.finish_handoff(current)
         log.info(
             "worker %s passed lease %s on to %s before starting it (%s)",
@@ -318,8 +262,8 @@ class LeaseCoordinator:
                 since=held.since,
                 now=self.now(),
                 handoff_timeout=self.handoff_timeout,
-                old_owner_live=lease.checkpoint_owner in self.live_workers,
-                worker_failover=self.workers.failover_time,
+                old_owner_live=lease.checkpoint_owner in self.taking.live_workers,
+                worker_failover=self.taking.workers.failover_time,
             )
             if step is IncomingStep.ACTIVATE:
                 self._activate(held, "the old owner finished the handoff")
@@ -462,131 +406,6 @@ class LeaseCoordinator:
             held.renewed_at = sent
             return True
 
-    # -- taking ----------------------------------------------------------------------------
-
-    def _report_corrupt(self, corrupt: tuple[CorruptLeaseError, ...]) -> None:
-        self.metrics.corrupt_leases.labels(*self.labels).set(len(corrupt))
-        keys = {exc.lease_key for exc in corrupt}
-        for exc in corrupt:
-            if exc.lease_key not in self._reported_corrupt:
-                log.error("%s; this lease is skipped until it is repaired", exc)
-        self._reported_corrupt = keys
-
-    def _report_sticky(self, leases: tuple[Lease, ...]) -> None:
-        for lease in leases:
-            if lease.sticky is not None and lease.sticky_mode is None:
-                if lease.key not in self._reported_sticky:
-                    self._reported_sticky.add(lease.key)
-                    log.warning(
-                        "lease %s has an unknown Sticky value (%s); treating it as normal "
-                        "(use -1/0 normal, 10 pinned, 20 release)",
-                        lease.key,
-                        lease.sticky,
-                    )
-            else:
-                self._reported_sticky.discard(lease.key)
-
-    async def take_round(self) -> TakePlan:
-        """Scan the table once, plan and apply takes. Returns what was actually acquired."""
-        scan = await self.store.list_leases()
-        now = self.now()
-        self._report_corrupt(scan.corrupt)
-        self._report_sticky(scan.leases)
-        self.last_scan = scan.leases
-        self.expiry.observe(scan.leases, now)
-        self.workers.observe(
-            (Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat) for w in scan.workers),
-            now,
-        )
-        self.live_workers = frozenset(
-            w.worker_id
-            for w in scan.workers
-            if not self.workers.is_expired(
-                Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat), now
-            )
-        ) | {self.worker_id}
-        if not self.taking_enabled:
-            return TakePlan()
-        for key, until in list(self.excluded.items()):
-            if until <= now:
-                del self.excluded[key]
-        candidates: list[Lease] = []
-        # Leases recorded under our id that we do not hold (a restart with a fixed worker id):
-        # take them back through the counter condition like any other lease.
-        for lease in scan.leases:
-            if lease.key in self.excluded:
-                continue
-            if lease.owner == self.worker_id and lease.key not in self.held:
-                candidates.append(attrs.evolve(lease, owner=None))
-            else:
-                candidates.append(lease)
-        view = TakeView(
-            worker_id=self.worker_id,
-            leases=candidates,
-            now=now,
-            expiry=self.expiry,
-            max_leases_for_worker=self.max_leases_for_worker,
-            max_leases_to_steal=self.max_leases_to_steal,
-            live_workers=self.live_workers,
-        )
-        plan = self.taker.plan(view, self.rng)
-        by_key = {lease.key: lease for lease in scan.leases}
-        take = [by_key[lease.key] for lease in plan.take]
-        steal = [by_key[lease.key] for lease in plan.steal]
-        results = await asyncio.gather(
-            *(self._take(lease, stolen=False) for lease in take),
-            *(self._steal(lease) for lease in steal),
-        )
-        taken = tuple(lease for lease in results[: len(take)] if lease is not None)
-        stolen = tuple(lease for lease in results[len(take) :] if lease is not None)
-        return TakePlan(take=taken, steal=stolen)
-
-    async def _take(self, lease: Lease, *, stolen: bool) -> Lease | None:
-        if lease.key in self.held:
-            return None
-        sent = self.now()
-        try:
-            taken = await self.store.take_lease(lease, self.worker_id)
-        except (AdapterError, CorruptLeaseError) as exc:
-            log.info("taking %s failed: %s", lease.key, exc)
-            return None
-        if taken is None:
-            return None  # someone else was faster; normal
-        held = HeldLease(lease=taken, renewed_at=sent)
-        self.held[taken.key] = held
-        (self.metrics.steals if stolen else self.metrics.takes).labels(*self.labels).inc()
-        self._update_gauge()
-        log.info(
-            "worker %s %s lease %s%s",
-            self.worker_id,
-            "stole" if stolen else "took",
-            taken.key,
-            f" from {lease.owner}" if stolen and lease.owner else "",
-        )
-        self.listener.lease_acquired(held)
-        return taken
-
-    async def _steal(self, lease: Lease) -> Lease | None:
-        """A planned move. With graceful handoff the old owner finishes and checkpoints first."""
-        if not self.graceful_handoff or lease.owner is None:
-            return await self._take(lease, stolen=True)
-        if lease.key in self.held:
-            return None
-        sent = self.now()
-        try:
-            started = await self.store.start_handoff(lease, self.worker_id)
-        except (AdapterError, CorruptLeaseError) as exc:
-            log.info("starting the handoff of %s failed: %s", lease.key, exc)
-            return None
-        if started is None:
-            return None
-        held = HeldLease(lease=started, renewed_at=sent, state=HeldState.INCOMING, since=sent)
-        self.held[started.key] = held
-        self.metrics.steals.labels(*self.labels).inc()
-        self._update_gauge()
-        log.info("worker %s asked %s to hand over lease %s", self.worker_id, lease.owner, lease.key)
-        return started
-
     # -- loops -----------------------------------------------------------------------------
 
     async def renewer_loop(self) -> None:
@@ -594,25 +413,3 @@ class LeaseCoordinator:
             started = self.now()
             await asyncio.gather(self.renew_all(), self.heartbeat())
             await asyncio.sleep(max(0.0, self.renewer_interval - (self.now() - started)))
-
-    async def taker_loop(self, wake: asyncio.Event | None = None, first_delay: float = 0.0) -> None:
-        """Take rounds forever. ``first_delay``: register in the worker registry and wait this
-        long before the first round, so that workers started together see each other and the
-        first round already spreads the leases evenly."""
-        if first_delay > 0:
-            await self.heartbeat()
-            await asyncio.sleep(first_delay)
-        while True:
-            started = self.now()
-            try:
-                await self.take_round()
-            except AdapterError as exc:
-                log.warning("lease taking round failed: %s", exc)
-            self.rounds += 1
-            delay = max(0.0, self.taker_interval - (self.now() - started))
-            if wake is None:
-                await asyncio.sleep(delay)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), delay)
-                wake.clear()

@@ -163,13 +163,13 @@ class ShardSupervisor:
             if self.config.processor_error_policy is ProcessorErrorPolicy.FAIL:
                 self._on_failure(exc)
             else:
-                self.coordinator.exclude(key, self.config.failed_shard_backoff)
+                self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
             return
         except Exception as exc:
             log.exception("shard %s stopped with an error; releasing its lease", key)
             await self._release(key)
             if not isinstance(exc, AdapterError):
-                self.coordinator.exclude(key, self.config.failed_shard_backoff)
+                self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
             return
         finally:
             if self._runs.get(key) is run:

@@ -73,7 +73,7 @@ def shard_sync_for(
         stream_client=client,
         clock=coordinator.now if coordinator is not None else loop_time,
         expiry=(
-            coordinator.expiry
+            coordinator.taking.expiry
             if coordinator is not None
             else ExpiryTracker(spec.config.failover_time)
         ),
@@ -197,7 +197,7 @@ class Worker:
                     if cfg.lease_taker is LeaseTakerKind.BALANCED
                     else 0.0
                 )
-                taker = coordinator.taker_loop(self._taker_wake, first_delay=first_delay)
+                taker = coordinator.taking.loop(self._taker_wake, first_delay=first_delay)
                 duties = [
                     loops.create_task(self._watched(taker), name="taker"),
                     loops.create_task(self._watched(self.elector.run()), name="leader-lock"),
@@ -235,7 +235,7 @@ class Worker:
     async def _shutdown(
         self, renewer: asyncio.Task[None], duties: list[asyncio.Task[None]]
     ) -> None:
-        self.coordinator.taking_enabled = False
+        self.coordinator.taking.enabled = False
         self.supervisor.stopping = True
         for task in duties:
             task.cancel()

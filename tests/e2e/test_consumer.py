@@ -372,7 +372,7 @@ async def test_release_shard_policy_keeps_other_shards_going(
                     set(tally.last_seq) == set(shards[1:])
                     and poisoned not in consumer.held_leases
                     and consumer._coordinator is not None
-                    and consumer._coordinator.is_excluded(poisoned)
+                    and consumer._coordinator.taking.is_excluded(poisoned)
                 ),
                 30,
                 "the healthy shards",

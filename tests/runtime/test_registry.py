@@ -50,7 +50,7 @@ def worker(
 
 def live_workers(consumer: Consumer) -> frozenset[str]:
     coordinator = consumer._coordinator
-    return coordinator.live_workers if coordinator is not None else frozenset()
+    return coordinator.taking.live_workers if coordinator is not None else frozenset()
 
 
 @in_virtual_time
