@@ -25,7 +25,6 @@ from prometheus_client import CollectorRegistry
 
 from kclasync._adapters.aws import ClientOptions
 from kclasync._adapters.protocols import (
-    AdapterError,
     ChildShard,
     CoordinatorStateStore,
     LeaseStore,
@@ -54,6 +53,7 @@ from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._runtime.metrics import metrics_for
 from kclasync._runtime.shard_consumer import ShardConsumer, ShardOutcome
 from kclasync.errors import (
+    AdapterError,
     ConfigError,
     KclAsyncError,
     LeaseLostError,

@@ -28,13 +28,11 @@ from kclasync._adapters.protocols import (
     ShardFilterType,
     ShardNotFoundError,
     StartingPosition,
-    ThrottledError,
-    TransientError,
 )
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.position import SHARD_END, TRIM_HORIZON, Checkpoint
 from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
-from kclasync.errors import StreamNotFoundError
+from kclasync.errors import StreamNotFoundError, ThrottledError, TransientError
 
 KEY = "shardId-000000000000"
 

@@ -14,14 +14,10 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kclasync._adapters import lease_codec as c
-from kclasync._adapters.protocols import (
-    LeaseScan,
-    ThrottledError,
-    TransientError,
-    WorkerHeartbeat,
-)
+from kclasync._adapters.protocols import LeaseScan, WorkerHeartbeat
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.position import Checkpoint
+from kclasync.errors import ThrottledError, TransientError
 
 _THROTTLING = {
     "ProvisionedThroughputExceededException",

@@ -37,8 +37,6 @@ from kclasync._adapters.protocols import (
     ShardNotFoundError,
     StartingPosition,
     StreamClient,
-    ThrottledError,
-    TransientError,
     WorkerHeartbeat,
 )
 from kclasync._core.leader_lock import LockItem
@@ -47,7 +45,7 @@ from kclasync._core.position import Checkpoint
 from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
 from kclasync._core.streams import StreamIdentity
 from kclasync._records import Record
-from kclasync.errors import StreamNotFoundError
+from kclasync.errors import StreamNotFoundError, ThrottledError, TransientError
 
 _T = TypeVar("_T")
 

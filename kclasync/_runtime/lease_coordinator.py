@@ -18,13 +18,13 @@ from typing import Protocol
 
 import attrs
 
-from kclasync._adapters.protocols import AdapterError, LeaseStore, ThrottledError
+from kclasync._adapters.protocols import LeaseStore
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease import CorruptLeaseError, Lease, StickyMode
 from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView
 from kclasync._core.position import Checkpoint
 from kclasync._runtime.metrics import ConsumerMetrics
-from kclasync.errors import LeaseLostError
+from kclasync.errors import AdapterError, LeaseLostError, ThrottledError
 
 log = logging.getLogger("kclasync.leases")
 

@@ -41,13 +41,7 @@ from kclasync._adapters.memory import (
     MemoryStream,
     MemoryStreamClient,
 )
-from kclasync._adapters.protocols import (
-    GetRecordsResult,
-    ShardFilter,
-    StartingPosition,
-    ThrottledError,
-    TransientError,
-)
+from kclasync._adapters.protocols import GetRecordsResult, ShardFilter, StartingPosition
 from kclasync._config import ConsumerConfig
 from kclasync._consumer import Consumer
 from kclasync._core.balanced_taker import BalancedLeaseTaker
@@ -67,6 +61,7 @@ from kclasync._simulation.faults import (
 )
 from kclasync._simulation.invariants import InvariantChecker
 from kclasync._simulation.report import SimulationReport
+from kclasync.errors import ThrottledError, TransientError
 
 _T = TypeVar("_T")
 STREAM = "sim"
