@@ -1,7 +1,7 @@
 """The lease table on DynamoDB (aiobotocore), with the KCL's fenced conditional writes.
 
-Owns: the DynamoDB calls behind ``LeaseStore``, the mapping of AWS errors to adapter errors, and
-the compilation of the core's write conditions (``_core.lease_rules``) into ConditionExpressions.
+Owns: the DynamoDB calls behind ``LeaseStore`` and the mapping of AWS errors to adapter errors.
+Each write's condition comes from ``_core.lease_rules`` (compiled by ``dynamo_conditions``).
 Must not: decide anything about the protocol (which lease to take, when it expires, which
 condition a write carries).
 """
@@ -16,6 +16,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kclasync._adapters import lease_codec as c
+from kclasync._adapters.dynamo_conditions import conditional
 from kclasync._adapters.protocols import LeaseScan, WorkerHeartbeat
 from kclasync._core import lease_rules as rules
 from kclasync._core.lease import CorruptLeaseError, Lease
@@ -48,62 +49,6 @@ async def _mapped_errors(operation: str) -> AsyncIterator[None]:
         raise
     except (TimeoutError, BotoCoreError, OSError) as exc:
         raise TransientError(f"DynamoDB {operation} failed: {exc}") from exc
-
-
-#: Expression placeholder and stored attribute name of each attribute a condition reads.
-_CONDITION_NAMES = {
-    rules.Attr.KEY: ("#k", c.LEASE_KEY),
-    rules.Attr.COUNTER: ("#c", c.LEASE_COUNTER),
-    rules.Attr.OWNER: ("#o", c.LEASE_OWNER),
-    rules.Attr.CHECKPOINT_OWNER: ("#co", c.CHECKPOINT_OWNER),
-}
-
-
-def compile_condition(
-    condition: rules.Condition,
-) -> tuple[str, dict[str, str], dict[str, dict[str, str]]]:
-    """A core write condition as (ConditionExpression, names, values).
-
-    Attribute placeholders are fixed per attribute (``#c`` is always leaseCounter), so they
-    merge with an UpdateExpression's; value placeholders are ``:if0``, ``:if1``, ...
-    """
-    names: dict[str, str] = {}
-    values: dict[str, dict[str, str]] = {}
-
-    def term(node: rules.Condition) -> str:
-        if isinstance(node, rules.All):
-            return " AND ".join(term(t) for t in node.terms)
-        placeholder, name = _CONDITION_NAMES[node.attr]
-        names[placeholder] = name
-        if isinstance(node, rules.Exists):
-            return f"attribute_exists({placeholder})"
-        if isinstance(node, rules.Missing):
-            return f"attribute_not_exists({placeholder})"
-        value = f":if{len(values)}"
-        if isinstance(node.value, int):
-            values[value] = {"N": str(node.value)}
-        else:
-            values[value] = {"S": node.value}
-        return f"{placeholder} = {value}"
-
-    return term(condition), names, values
-
-
-def _conditional(
-    condition: rules.Condition,
-    names: dict[str, str] | None = None,
-    values: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """ConditionExpression and the merged names and values of a write's keyword arguments."""
-    expression, cond_names, cond_values = compile_condition(condition)
-    kwargs: dict[str, Any] = {
-        "ConditionExpression": expression,
-        "ExpressionAttributeNames": (names or {}) | cond_names,
-    }
-    merged = (values or {}) | cond_values
-    if merged:
-        kwargs["ExpressionAttributeValues"] = merged
-    return kwargs
 
 
 def _worker(item: dict[str, Any]) -> WorkerHeartbeat | None:
@@ -253,7 +198,7 @@ class DynamoLeaseStore:
                 await self._client.put_item(
                     TableName=self.table_name,
                     Item=c.lease_to_item(lease),
-                    **_conditional(rules.create()),
+                    **conditional(rules.create()),
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
@@ -273,7 +218,7 @@ class DynamoLeaseStore:
             "renew",
             lease.key,
             UpdateExpression=update,
-            **_conditional(rules.renew(lease), names, values),
+            **conditional(rules.renew(lease), names, values),
         )
 
     async def take_lease(self, lease: Lease, owner: str) -> Lease | None:
@@ -283,7 +228,7 @@ class DynamoLeaseStore:
             UpdateExpression=(
                 "SET #c = :new, #o = :me, #s = if_not_exists(#s, :zero) + :one REMOVE #co"
             ),
-            **_conditional(
+            **conditional(
                 rules.take(lease),
                 {
                     "#c": c.LEASE_COUNTER,
@@ -305,7 +250,7 @@ class DynamoLeaseStore:
             "release",
             lease.key,
             UpdateExpression="SET #c = #c + :one REMOVE #o",
-            **_conditional(
+            **conditional(
                 rules.release(lease),
                 {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER},
                 {":one": {"N": "1"}},
@@ -346,7 +291,7 @@ class DynamoLeaseStore:
             "checkpoint",
             lease.key,
             UpdateExpression=update,
-            **_conditional(rule.condition, names, values),
+            **conditional(rule.condition, names, values),
         )
 
     async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
@@ -354,7 +299,7 @@ class DynamoLeaseStore:
             "start_handoff",
             lease.key,
             UpdateExpression="SET #o = :new, #co = :old",
-            **_conditional(
+            **conditional(
                 rules.start_handoff(lease),
                 {"#o": c.LEASE_OWNER, "#co": c.CHECKPOINT_OWNER},
                 {":old": {"S": lease.owner or ""}, ":new": {"S": new_owner}},
@@ -366,7 +311,7 @@ class DynamoLeaseStore:
             "finish_handoff",
             lease.key,
             UpdateExpression="SET #c = #c + :one REMOVE #co",
-            **_conditional(
+            **conditional(
                 rules.finish_handoff(lease),
                 {"#c": c.LEASE_COUNTER, "#co": c.CHECKPOINT_OWNER},
                 {":one": {"N": "1"}},
@@ -401,7 +346,7 @@ class DynamoLeaseStore:
                 await self._client.delete_item(
                     TableName=self.table_name,
                     Key={c.LEASE_KEY: {"S": lease.key}},
-                    **_conditional(rules.delete(lease)),
+                    **conditional(rules.delete(lease)),
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
@@ -418,7 +363,7 @@ class DynamoLeaseStore:
             "child_shards",
             lease.key,
             UpdateExpression="SET #c = :new, #ch = :ch",
-            **_conditional(
+            **conditional(
                 rules.update_child_shard_ids(lease),
                 {"#c": c.LEASE_COUNTER, "#ch": c.CHILD_SHARD_IDS},
                 {
@@ -453,7 +398,7 @@ class DynamoLeaseStore:
                     TableName=self.table_name,
                     Key={c.LEASE_KEY: {"S": key}},
                     UpdateExpression=update,
-                    **_conditional(rules.set_sticky(), names, values),
+                    **conditional(rules.set_sticky(), names, values),
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

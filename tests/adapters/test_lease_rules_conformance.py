@@ -16,7 +16,8 @@ from typing import Any
 import attrs
 import pytest
 
-from kclasync._adapters.dynamodb import DynamoLeaseStore, compile_condition
+from kclasync._adapters.dynamo_conditions import compile_condition
+from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
 from kclasync._core import lease_rules as rules
 from kclasync._core.lease import Lease

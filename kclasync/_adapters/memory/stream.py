@@ -27,8 +27,6 @@ from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
 from kclasync._records import Record
 
 DEFAULT_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
-#: The account id in-memory streams report (``describe_stream``), as kinesis-local's default.
-MEMORY_ACCOUNT_ID = "000000000000"
 _FIRST_SEQUENCE = 10**20  # 21-digit sequence numbers: string order matches numeric order
 
 
