@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 
-from kclasync._adapters.protocols import AdapterError, LeaseStore, StreamClient
+from kclasync._adapters.protocols import LeaseStore, StreamClient
 from kclasync._config import ConsumerConfig
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.lease_cleanup import CleanupTracker, HoleAuditor
@@ -23,6 +23,7 @@ from kclasync._core.shard import Shard
 from kclasync._core.shard_lineage import hash_range_holes
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.shard_sync import ShardSync
+from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync._consumer")
 

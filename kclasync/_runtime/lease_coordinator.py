@@ -15,7 +15,7 @@ import logging
 import random
 from collections.abc import Callable
 
-from kclasync._adapters.protocols import AdapterError, LeaseStore, ThrottledError
+from kclasync._adapters.protocols import LeaseStore
 from kclasync._core.held_lease import (
     Event,
     FailedWrite,
@@ -35,7 +35,7 @@ from kclasync._core.position import Checkpoint
 from kclasync._runtime.held import HeldLease, LeaseListener
 from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
-from kclasync.errors import LeaseLostError
+from kclasync.errors import AdapterError, LeaseLostError, ThrottledError
 
 log = logging.getLogger("kclasync.leases")
 

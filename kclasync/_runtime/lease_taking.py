@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kclasync._adapters.protocols import AdapterError
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.held_lease import HeldState
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView
 from kclasync._runtime.held import HeldLease
+from kclasync.errors import AdapterError
 
 if TYPE_CHECKING:
     from kclasync._runtime.lease_coordinator import LeaseCoordinator

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import attrs
 
-from kclasync._adapters.protocols import AdapterError, ChildShard, LeaseStore, StreamClient
+from kclasync._adapters.protocols import ChildShard, LeaseStore, StreamClient
 from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.shard_lineage import child_leases_for_finished_parent, parents_finished
@@ -24,7 +24,7 @@ from kclasync._processor import ProcessorFactory, RecordProcessor
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.shard_consumer import ShardConsumer, ShardOutcome
-from kclasync.errors import LeaseLostError, ProcessorFailedError
+from kclasync.errors import AdapterError, LeaseLostError, ProcessorFailedError
 from kclasync.logging import bind_log_context
 
 log = logging.getLogger("kclasync._consumer")

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias
 
 from kclasync._adapters.protocols import (
-    AdapterError,
     LeaseStore,
     ShardFilter,
     ShardFilterType,
@@ -32,7 +31,7 @@ from kclasync._core.shard_lineage import (
     plan_new_leases,
 )
 from kclasync._core.streams import StreamIdentity, parse_multi_stream_key
-from kclasync.errors import StreamNotFoundError
+from kclasync.errors import AdapterError, StreamNotFoundError
 
 log = logging.getLogger("kclasync._consumer")
 

@@ -19,7 +19,6 @@ from typing import Any
 import attrs
 
 from kclasync._adapters.protocols import (
-    AdapterError,
     CoordinatorStateStore,
     LeaseStore,
     StreamClient,
@@ -34,6 +33,7 @@ from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.shard_supervisor import ShardSupervisor
 from kclasync._runtime.shard_sync import ShardSync, StreamList
+from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync._consumer")
 

@@ -20,9 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from kclasync._adapters.aws import ClientOptions
 from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordinator_table_name
 from kclasync._adapters.dynamodb import DynamoLeaseStore
-from kclasync._adapters.protocols import AdapterError, LeaseScan
+from kclasync._adapters.protocols import LeaseScan
 from kclasync._core.leader_lock import LEADER_LOCK_KEY, LockItem
 from kclasync.dashboard._view import FleetRead, WorkerEntry, WorkerMetrics
+from kclasync.errors import AdapterError
 
 SCRAPE_TIMEOUT = 2.0
 

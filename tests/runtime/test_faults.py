@@ -180,7 +180,7 @@ async def test_unreachable_table_drops_the_lease_after_failover_then_recovers() 
 
 @in_virtual_time
 async def test_transient_errors_at_start_are_retried() -> None:
-    from kclasync._adapters.protocols import TransientError
+    from kclasync.errors import TransientError
 
     class FlakyAtStart(MemoryLeaseStore):
         failures = 2

@@ -100,7 +100,7 @@ async def test_reconciled_renewal_is_not_credited_at_the_retry_time() -> None:
     # was lost, then reconciled on the next attempt, must not count as renewed at that later
     # attempt's time; the write that counted was sent earlier, and other workers' expiry clocks
     # started from it.
-    from kclasync._adapters.protocols import TransientError
+    from kclasync.errors import TransientError
 
     class LostReply(MemoryLeaseStore):
         lose_next = False
