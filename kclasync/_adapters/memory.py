@@ -980,7 +980,7 @@ class MemoryCoordinatorState:
                 return False
             if stored.owner != owner:
                 return False
-            self.items[key] = attrs.evolve(stored, record_version=version, released=True)
+            del self.items[key]  # as DynamoCoordinatorState (and the KCL 3.x): delete on release
             return True
 
         return await self._call("release_lock", apply)
