@@ -42,9 +42,7 @@ def is_released_marker(value: object) -> bool:
     ``None`` (absent): held. Any string (the lock client writes ``"1"``) or ``True``: released.
     ``False``: held; earlier kclasync versions wrote ``isReleased = false`` on every held lock.
     """
-    if value is None or value is False:
-        return False
-    return True
+    return value is not None and value is not False
 
 
 @attrs.frozen

@@ -184,9 +184,7 @@ class JavaKcl:
 
     def parse_failures(self) -> list[str]:
         """Log lines showing that the daemon met an item it could not parse as a lease."""
-        return [
-            line for line in self.log().splitlines() if any(p in line for p in PARSE_FAILURES)
-        ]
+        return [line for line in self.log().splitlines() if any(p in line for p in PARSE_FAILURES)]
 
     def log_lines(self, pattern: str) -> list[str]:
         rx = re.compile(pattern)

@@ -79,7 +79,8 @@ async def test_reads_the_java_leaders_item_and_waits_its_full_duration(
         assert decision.expected_version is not None
         taken = await store.replace_lock("Leader", decision.expected_version, "py-1", 10.0, "r2")
         assert taken is not None and taken.owner == "py-1"
-        assert await store.replace_lock("Leader", decision.expected_version, "py-2", 10, "r3") is None
+        late = await store.replace_lock("Leader", decision.expected_version, "py-2", 10, "r3")
+        assert late is None
 
 
 @pytest.mark.parametrize(
@@ -105,9 +106,7 @@ async def test_released_markers(
             state.observe(lock, 0.0)
             decision = state.decide(lock, 0.0)
             assert decision.action is LockAction.TAKE and decision.expected_version
-            assert await store.replace_lock(
-                "Leader", decision.expected_version, "py-1", 10.0, "r2"
-            )
+            assert await store.replace_lock("Leader", decision.expected_version, "py-1", 10.0, "r2")
             assert "isReleased" not in (await _raw(store, ddb) or {})
 
 
