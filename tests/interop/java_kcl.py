@@ -68,10 +68,12 @@ def java_executable() -> str | None:
 
 @attrs.frozen
 class Processed:
-    """Every record the Java side handed to the processor: (key, counter) -> deliveries."""
+    """Every record the Java side handed to the processor: (key, counter) -> deliveries, and
+    the first (shard, sequence number) each was seen at."""
 
     deliveries: Counter[tuple[str, int]]
     shards: frozenset[str]
+    positions: dict[tuple[str, int], tuple[str, str]]
 
     def keys(self) -> set[tuple[str, int]]:
         return set(self.deliveries)
@@ -193,11 +195,14 @@ class JavaKcl:
     def processed(self) -> Processed:
         deliveries: Counter[tuple[str, int]] = Counter()
         shards: set[str] = set()
+        positions: dict[tuple[str, int], tuple[str, str]] = {}
         if self.out_file.exists():
             for line in self.out_file.read_text().splitlines():
                 parts = line.split()
-                if len(parts) != 3:
+                if len(parts) != 4:
                     continue  # a line being written right now
-                shards.add(parts[0])
-                deliveries[(parts[1], int(parts[2]))] += 1
-        return Processed(deliveries, frozenset(shards))
+                shard, key, counter, seq = parts
+                shards.add(shard)
+                deliveries[(key, int(counter))] += 1
+                positions.setdefault((key, int(counter)), (shard, seq))
+        return Processed(deliveries, frozenset(shards), positions)

@@ -1,8 +1,8 @@
 """The record processor the Java MultiLangDaemon runs in the interop tests (one process per shard).
 
 It speaks the MultiLang protocol through amazon_kclpy (shipped with kclpy-ext), appends one line
-``<shard> <partition key> <counter>`` per record to the file named by ``KCL_INTEROP_OUT`` and
-checkpoints after every batch, at shard end and when asked to shut down.
+``<shard> <partition key> <counter> <sequence number>`` per record to the file named by
+``KCL_INTEROP_OUT`` and checkpoints after every batch, at shard end and when asked to shut down.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class RecordingProcessor(processor.RecordProcessorBase):  # type: ignore[misc]
         lines = []
         for record in process_records_input.records:
             body = json.loads(record.binary_data)
-            lines.append(f"{self.shard} {body['k']} {body['c']}\n")
+            seq = record.sequence_number
+            lines.append(f"{self.shard} {body['k']} {body['c']} {seq}\n")
         if lines:
             with open(self.out, "a", encoding="utf-8") as fh:
                 fh.write("".join(lines))
