@@ -19,8 +19,10 @@ The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against th
 ========  ====  ===========================================================================
 
 Metric short names: ``C`` CPU, ``M`` memory, ``NI``/``NO`` network in/out (percent of the
-operating range's maximum). A worker that measures none writes empty ``sts`` and ``opr`` maps, as
-the Java worker does where it cannot read CPU; the leader then balances on lease throughput only.
+operating range's maximum); ``T`` throughput exists as a short name too, but the leader's
+"default metric" test looks for the key ``THROUGHPUT``. A worker that measures none writes empty
+``sts`` and ``opr`` maps, as the Java worker does where it cannot read CPU; the leader then
+balances on lease throughput only.
 
 Must not: do I/O, read clocks (``now`` is passed in, in epoch seconds), or draw randomness.
 """
@@ -46,6 +48,8 @@ CPU = "C"
 MEMORY = "M"
 NETWORK_IN = "NI"
 NETWORK_OUT = "NO"
+#: The KCL tests ``sts`` for this *name* (not a short name) to mean "balance on throughput".
+THROUGHPUT_MARKER = "THROUGHPUT"
 
 #: noOfPersistedMetricsPerWorkerMetrics (KCL default): samples kept per metric.
 DEFAULT_SAMPLES_KEPT = 10
@@ -102,8 +106,11 @@ class WorkerMetrics:
 
 
 def uses_default_metric(metrics: WorkerMetrics) -> bool:
-    """No explicit metric: the leader balances this worker on throughput alone."""
-    return not metrics.metric_stats and not metrics.operating_range
+    """No explicit metric (both maps empty, or ``sts`` names ``THROUGHPUT``): the leader
+    balances this worker on lease throughput alone."""
+    if not metrics.metric_stats and not metrics.operating_range:
+        return True
+    return THROUGHPUT_MARKER in metrics.metric_stats
 
 
 def is_valid(metrics: WorkerMetrics) -> bool:

@@ -94,3 +94,8 @@ def test_non_finite_samples_are_refused_on_write() -> None:
 def test_legacy_registry_keys_are_exactly_the_prefixed_ones() -> None:
     keys = ["shardId-000000000001", "__worker__:a", "__worker__:b", "x__worker__:c"]
     assert wm.legacy_registry_keys(keys) == ["__worker__:a", "__worker__:b"]
+
+
+def test_an_entry_naming_throughput_is_on_the_default_metric_even_without_a_range() -> None:
+    entry = wm.WorkerMetrics("w", 1000, metric_stats={wm.THROUGHPUT_MARKER: (1.0,)})
+    assert wm.uses_default_metric(entry) and wm.is_valid(entry)
