@@ -10,8 +10,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-import attrs
-
 from kclasync._adapters.memory.faults import FaultPlan, with_faults
 from kclasync._core.leader_lock import LockItem
 
@@ -74,7 +72,7 @@ class MemoryCoordinatorState:
                 return False
             if stored.owner != owner:
                 return False
-            self.items[key] = attrs.evolve(stored, record_version=version, released=True)
+            del self.items[key]  # as DynamoCoordinatorState (and the KCL 3.x): delete on release
             return True
 
         return await self._call("release_lock", apply)
