@@ -58,6 +58,7 @@ RSS_GROWTH = 0.25
 RSS_GROWTH_MIB = 16.0
 FD_GROWTH = 8
 SAMPLE_EVERY = 10.0
+WARMUP_LIMIT = 90.0
 
 
 @attrs.frozen(kw_only=True)
@@ -100,6 +101,8 @@ class SoakResult:
     reshards: dict[str, int]
     processes: tuple[ProcessFigures, ...]
     drain_seconds: float
+    warmup_seconds: float = 0.0
+    producer_retries: int = 0
 
     @property
     def unattributed(self) -> int:
@@ -119,7 +122,9 @@ class SoakResult:
             "duplicates": self.duplicates,
             "actions": self.actions,
             "reshards": self.reshards,
+            "warmup_seconds": round(self.warmup_seconds, 1),
             "drain_seconds": round(self.drain_seconds, 1),
+            "producer_retries": self.producer_retries,
             "processes": [
                 {
                     "worker": p.worker_id,
@@ -153,7 +158,9 @@ async def _chaos(
             candidates = [w for w in candidates if not w.long_lived]
             if not candidates:
                 continue
-        victim = rng.choice(sorted(candidates, key=lambda w: w.worker_id))
+        # Prefer workers that consume already: chaos on a starting worker proves little.
+        busy = [w for w in candidates if w.first_delivery is not None]
+        victim = rng.choice(sorted(busy or candidates, key=lambda w: w.worker_id))
         if victim.first_delivery is not None:
             actions[f"{kind}_after_first_delivery"] += 1
         if kind == "sigstop":
@@ -179,12 +186,16 @@ class Producer:
         self.acked: list[int] = []
         self.next_id = 0
         self.errors = 0
+        self._stopping = False
 
-    async def run(self, until: float, now: Any) -> None:
+    def stop(self) -> None:
+        self._stopping = True
+
+    async def run(self, now: Any) -> None:
         tick = 0.25
         batch = max(1, round(self.rate * tick))
         next_at = now()
-        while now() < until:
+        while not self._stopping:
             ids = list(range(self.next_id, self.next_id + batch))
             self.next_id += batch
             pending = [(i, f"key-{i % 997}", orjson.dumps({"id": i})) for i in ids]
@@ -276,12 +287,18 @@ async def run_soak(aws: LocalAws, stream: str, out: Path, settings: SoakSettings
         try:
             for i in range(settings.workers):
                 fleet.start(long_lived=i < settings.long_lived)
-            until = fleet.now() + settings.seconds
             producer = Producer(client, stream, settings.rate)
-            tasks = [
-                asyncio.create_task(producer.run(until, fleet.now)),
-                asyncio.create_task(_chaos(fleet, settings, rng, until, actions)),
-            ]
+            producing = asyncio.create_task(producer.run(fleet.now))
+            # Chaos starts once every first worker is consuming (or after WARMUP_LIMIT).
+            warm_until = fleet.now() + WARMUP_LIMIT
+            while fleet.now() < warm_until and any(
+                w.first_delivery is None for w in fleet.workers.values()
+            ):
+                fleet.note_deliveries()
+                await asyncio.sleep(0.5)
+            warmup = fleet.now()
+            until = fleet.now() + settings.seconds
+            tasks = [asyncio.create_task(_chaos(fleet, settings, rng, until, actions))]
             if settings.reshard_every:
                 tasks.append(
                     asyncio.create_task(
@@ -297,10 +314,16 @@ async def run_soak(aws: LocalAws, stream: str, out: Path, settings: SoakSettings
                         )
                     )
                 )
-            while not all(t.done() for t in tasks):
-                fleet.sample_all()
+            next_sample = 0.0
+            while not all(t.done() for t in tasks) or fleet.now() < until:
+                if fleet.now() >= next_sample:
+                    fleet.sample_all()
+                    next_sample = fleet.now() + SAMPLE_EVERY
+                fleet.note_deliveries()
                 deliveries.poll()
-                await asyncio.wait(tasks, timeout=2.0 if fleet.now() < 30 else SAMPLE_EVERY)
+                await asyncio.wait(tasks, timeout=1.0)
+            producer.stop()
+            await producing
             for t in tasks:
                 t.result()  # re-raise a crash of the producer or chaos loop
             drain_start = fleet.now()
@@ -336,6 +359,8 @@ async def run_soak(aws: LocalAws, stream: str, out: Path, settings: SoakSettings
         reshards=dict(reshards),
         processes=figures,
         drain_seconds=drain,
+        warmup_seconds=warmup,
+        producer_retries=producer.errors,
     )
 
 
@@ -345,7 +370,7 @@ async def run_soak(aws: LocalAws, stream: str, out: Path, settings: SoakSettings
 def _print(result: SoakResult) -> None:
     d = result.as_dict()
     print(f"soak {d['seconds']}s: produced {d['produced']}, deliveries {d['processed']}, ", end="")
-    print(f"lost {d['lost']}, drain {d['drain_seconds']}s")
+    print(f"lost {d['lost']}, warm-up {d['warmup_seconds']}s, drain {d['drain_seconds']}s")
     print(f"chaos actions: {d['actions']}  reshards: {d['reshards']}")
     print(f"duplicates by cause: {d['duplicates']}")
     for p in d["processes"]:

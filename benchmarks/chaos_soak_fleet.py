@@ -134,12 +134,17 @@ class Fleet:
     def alive(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.proc.poll() is None]
 
-    def sample_all(self) -> None:
+    def note_deliveries(self) -> None:
+        """Marks the workers whose output file has its first line."""
         for w in self.alive():
             if w.first_delivery is None:
                 with contextlib.suppress(FileNotFoundError):
                     if (self.out / f"{w.worker_id}.log").stat().st_size:
                         w.first_delivery = self.now()
+
+    def sample_all(self) -> None:
+        self.note_deliveries()
+        for w in self.alive():
             if w.first_delivery is not None and self.now() - w.first_delivery >= WARMUP:
                 s = sample(w.proc.pid, self.now())
                 if s is not None:
