@@ -3,14 +3,14 @@
 Run from the repository root:
 ``uv run python -m benchmarks.chaos_soak [--seconds 600] [--workers 5] [--kinesis-local] [--json]``.
 
-A steady producer writes to a stream on moto's server (one PutRecords request at a time: moto
-loses records under concurrent ones) while ``--workers`` consumer processes share it. A seeded
-chaos loop repeatedly picks a worker and SIGKILLs it (and starts a replacement), SIGSTOPs it for
-1.5-2.5 x the failover time and SIGCONTs it, or stops it gracefully with SIGTERM (and starts a
-replacement). The first ``--long-lived`` workers are never killed or stopped (only stalled), so
-their memory and file descriptors can be compared over the whole run. With ``--kinesis-local``
-the stream lives on kinesis-local (DynamoDB stays on moto) and a shard is split or two adjacent
-shards merged every ``--reshard-every`` seconds.
+A steady producer writes to a stream on moto's server (one PutRecords request at a time: moto loses
+records under concurrent ones) while ``--workers`` consumer processes share it. Once every first
+worker consumes, a seeded chaos loop repeatedly picks a worker that consumes and SIGKILLs it (and
+starts a replacement), SIGSTOPs it for 1.5-2.5 x the failover time and SIGCONTs it, or stops it
+gracefully with SIGTERM (and starts a replacement). The first ``--long-lived`` workers are never
+killed or stopped (only stalled), so their memory and file descriptors can be compared over the
+whole run. With ``--kinesis-local`` the stream lives on kinesis-local (DynamoDB stays on moto) and
+a shard is split or two adjacent shards merged every ``--reshard-every`` seconds.
 
 Each worker (``benchmarks/chaos_soak_fleet.py``) appends one line per record to its own file
 before the batch is checkpointed. At the end the producer stops, the fleet drains, and the soak
@@ -156,13 +156,15 @@ async def _chaos(
         kind = kinds.pop()
         if kind != "sigstop":  # long-lived workers are only ever stalled
             candidates = [w for w in candidates if not w.long_lived]
-            if not candidates:
-                continue
-        # Prefer workers that consume already: chaos on a starting worker proves little.
+        # Only workers that consume already: killing a process that is still starting proves
+        # little. Stalls may hit a starting worker when no other is left.
         busy = [w for w in candidates if w.first_delivery is not None]
+        if not busy and (kind != "sigstop" or not candidates):
+            kinds.append(kind)  # try this kind again next time
+            continue
         victim = rng.choice(sorted(busy or candidates, key=lambda w: w.worker_id))
-        if victim.first_delivery is not None:
-            actions[f"{kind}_after_first_delivery"] += 1
+        if victim.first_delivery is None:
+            actions[f"{kind}_while_starting"] += 1
         if kind == "sigstop":
             actions["sigstop"] += 1
             await fleet.stall(victim, rng.uniform(1.5, 2.5) * s.failover)

@@ -26,7 +26,7 @@ async def test_soak_60s(moto: LocalAws, unique_name: str, tmp_path: Path) -> Non
     result = await run_soak(moto, unique_name, tmp_path, settings)
     print(result.as_dict())
     assert result.produced > 3000, "the producer stalled"
-    assert sum(result.actions.values()) >= 8, f"too little chaos: {result.actions}"
+    assert sum(result.actions.values()) >= 4, f"too little chaos: {result.actions}"
     assert {"sigkill", "sigstop", "graceful_stop"} <= result.actions.keys(), result.actions
     assert not result.lost, f"{len(result.lost)} records lost, e.g. {result.lost[:10]}"
     assert result.unattributed == 0, f"duplicates without a kill or stall: {result.duplicates}"
