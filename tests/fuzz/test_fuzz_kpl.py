@@ -72,7 +72,11 @@ scalar_field = st.builds(
 ).filter(lambda b: True)
 raw_field = st.one_of(
     scalar_field,
-    st.builds(lambda k, n: _encode_varint(k) + _encode_varint(n), st.integers(0, 2**12), st.integers(0, 2**64)),
+    st.builds(
+        lambda k, n: _encode_varint(k) + _encode_varint(n),
+        st.integers(0, 2**12),
+        st.integers(0, 2**64),
+    ),
     st.binary(max_size=12),
 )
 record_body = st.lists(raw_field, max_size=5).map(b"".join)

@@ -93,7 +93,9 @@ bases = st.sampled_from(BASES)
 number_text = st.one_of(
     st.integers(-(10**40), 10**40).map(str),
     st.floats().map(repr),
-    st.sampled_from(["", " 7 ", "1_0", "1e3", "-0", "NaN", "-inf", "²", "٣", "0x10", "9" * 5000, "1" * 39]),
+    st.sampled_from(
+        ["", " 7 ", "1_0", "1e3", "-0", "NaN", "-inf", "²", "٣", "0x10", "9" * 5000, "1" * 39]
+    ),
     st.text(max_size=8),
 )
 scalar_attr = st.one_of(
@@ -117,7 +119,11 @@ dynamo_attr = st.recursive(
 # Shapes botocore never produces, for the parser's own robustness.
 odd_attr = st.one_of(
     st.just({}),
-    st.builds(lambda t, v: {t: v}, st.sampled_from(["S", "N", "SS"]), st.none() | st.integers() | st.lists(st.integers(), max_size=2) | st.text(max_size=4)),
+    st.builds(
+        lambda t, v: {t: v},
+        st.sampled_from(["S", "N", "SS"]),
+        st.none() | st.integers() | st.lists(st.integers(), max_size=2) | st.text(max_size=4),
+    ),
     st.builds(lambda a, b: {**a, **b}, scalar_attr, scalar_attr),
     st.none(),
     st.text(max_size=5),
