@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import os
 import random
 import sys
 import tempfile
@@ -103,6 +104,8 @@ class SoakResult:
     drain_seconds: float
     warmup_seconds: float = 0.0
     producer_retries: int = 0
+    #: Up to 10 duplicates attributed to planned_move or none, with their workers' events.
+    unexplained: tuple[dict[str, Any], ...] = ()
 
     @property
     def unattributed(self) -> int:
@@ -125,6 +128,7 @@ class SoakResult:
             "warmup_seconds": round(self.warmup_seconds, 1),
             "drain_seconds": round(self.drain_seconds, 1),
             "producer_retries": self.producer_retries,
+            "unexplained": list(self.unexplained),
             "processes": [
                 {
                     "worker": p.worker_id,
@@ -343,9 +347,16 @@ async def run_soak(aws: LocalAws, stream: str, out: Path, settings: SoakSettings
             await fleet.shutdown()
     deliveries.poll()
     duplicates: Counter[str] = Counter()
-    for workers in deliveries.by_record.values():
+    unexplained: list[dict[str, Any]] = []
+    for (shard, seq), workers in deliveries.by_record.items():
         if len(workers) > 1:
-            duplicates[_attribute(fleet, workers)] += len(workers) - 1
+            cause = _attribute(fleet, workers)
+            duplicates[cause] += len(workers) - 1
+            if cause in ("planned_move", "none") and len(unexplained) < 10:
+                events = [e for e in fleet.events if e[1] in workers]
+                unexplained.append(
+                    {"shard": shard, "sequence": seq, "workers": workers, "events": events}
+                )
     figures = tuple(
         ProcessFigures(w.worker_id, w.samples[0], w.samples[-1])
         for w in fleet.workers.values()
@@ -363,6 +374,7 @@ async def run_soak(aws: LocalAws, stream: str, out: Path, settings: SoakSettings
         drain_seconds=drain,
         warmup_seconds=warmup,
         producer_retries=producer.errors,
+        unexplained=tuple(unexplained),
     )
 
 
@@ -400,7 +412,11 @@ async def _main(args: argparse.Namespace) -> SoakResult:
         if args.kinesis_local:
             script = find_kinesis_local(str(ROOT))
             aws = stack.enter_context(kinesis_local(aws, script=script))
-        out = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-")))
+        if args.keep:
+            out = Path(args.keep)
+            os.makedirs(out, exist_ok=True)
+        else:
+            out = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-")))
         return await run_soak(aws, f"soak-{args.seed}", out, settings)
 
 
@@ -416,6 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kinesis-local", action="store_true", help="stream on kinesis-local")
     p.add_argument("--reshard-every", type=float, default=30.0)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--keep", metavar="DIR", help="keep the workers' output and logs in DIR")
     args = p.parse_args(argv)
     if args.workers < 2 or args.long_lived >= args.workers:
         p.error("--workers must be at least 2 and more than --long-lived")

@@ -100,6 +100,11 @@ class Fleet:
         self.stalled: set[str] = set()  # ever stalled
         self.stalled_now: set[str] = set()
         self.stopped: set[str] = set()
+        #: (seconds since start, worker id, what happened)
+        self.events: list[tuple[float, str, str]] = []
+
+    def event(self, worker_id: str, what: str) -> None:
+        self.events.append((round(self.now(), 1), worker_id, what))
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -129,6 +134,7 @@ class Fleet:
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
         log.close()
         self.workers[worker_id] = Worker(worker_id, proc, self.now(), long_lived)
+        self.event(worker_id, "started")
         return worker_id
 
     def alive(self) -> list[Worker]:
@@ -159,6 +165,7 @@ class Fleet:
         return True
 
     async def kill(self, w: Worker) -> None:
+        self.event(w.worker_id, "SIGKILL")
         w.proc.send_signal(signal.SIGKILL)
         await self._wait_exit(w, 10)
         w.fate = "killed"
@@ -167,6 +174,7 @@ class Fleet:
     async def stall(self, w: Worker, seconds: float) -> None:
         self.stalled.add(w.worker_id)
         self.stalled_now.add(w.worker_id)
+        self.event(w.worker_id, f"SIGSTOP for {seconds:.1f}s")
         w.proc.send_signal(signal.SIGSTOP)
         try:
             await asyncio.sleep(seconds)
@@ -177,7 +185,9 @@ class Fleet:
     async def stop(self, w: Worker) -> None:
         """Graceful stop; a worker that does not exit in time is killed and counted as such."""
         w.proc.send_signal(signal.SIGTERM)
+        self.event(w.worker_id, "SIGTERM")
         if await self._wait_exit(w, 20):
+            self.event(w.worker_id, f"exited {w.proc.returncode}")
             w.fate = "stopped"
             self.stopped.add(w.worker_id)
         else:
@@ -194,7 +204,13 @@ class Fleet:
 
 
 async def _worker(args: argparse.Namespace) -> None:
+    import logging
+
     from kclasync import Consumer, ConsumerConfig
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     from kclasync._records import Record
 
     fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
