@@ -20,7 +20,10 @@ reports:
 - duplicates: a stream record (shard, sequence) processed more than once. Each is attributed to
   the workers that processed it: ``kill`` if one of them was SIGKILLed, else ``stall`` if one
   was SIGSTOPped (a stalled worker loses its leases and may finish the batch it was in), else
-  ``planned_move`` (only graceful stops involved) or ``none``; those last two are failures;
+  ``lease_lost`` if one of them logged ``lost lease <shard>`` for that shard (its renewals
+  stopped in time though nothing was done to it: CPU starvation of a loaded machine, with the
+  2 s failover), else ``planned_move`` (only graceful stops involved) or ``none``; those last
+  two are failures;
 - per long-lived process: RSS and open file descriptors read from ``/proc`` 15 s after its first
   delivery (start) and after the drain (end), flagged when they grew by more than the limits
   below.
@@ -267,12 +270,14 @@ async def _reshard(
             print(f"reshard failed: {exc}", file=sys.stderr)
 
 
-def _attribute(fleet: Fleet, workers: Sequence[str]) -> str:
+def _attribute(fleet: Fleet, shard: str, workers: Sequence[str], lost: set[tuple[str, str]]) -> str:
     involved = set(workers)
     if involved & fleet.killed:
         return "kill"
     if involved & fleet.stalled:
         return "stall"
+    if any((w, shard) in lost for w in involved):
+        return "lease_lost"
     if involved & fleet.stopped:
         return "planned_move"
     return "none"
@@ -348,9 +353,10 @@ async def run_soak(aws: LocalAws, stream: str, out: Path, settings: SoakSettings
     deliveries.poll()
     duplicates: Counter[str] = Counter()
     unexplained: list[dict[str, Any]] = []
+    lost_leases = fleet.lost_leases()
     for (shard, seq), workers in deliveries.by_record.items():
         if len(workers) > 1:
-            cause = _attribute(fleet, workers)
+            cause = _attribute(fleet, shard, workers, lost_leases)
             duplicates[cause] += len(workers) - 1
             if cause in ("planned_move", "none") and len(unexplained) < 10:
                 events = [e for e in fleet.events if e[1] in workers]

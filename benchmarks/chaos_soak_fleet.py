@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import orjson
 from kclasync.testing.emulators import LocalAws
 
 ROOT = Path(__file__).resolve().parent.parent
+_LOST = re.compile(r"worker (\S+) lost lease (\S+?):")
 WARMUP = 15.0  # seconds after a process's first delivery before its first resource sample
 
 
@@ -155,6 +157,19 @@ class Fleet:
                 s = sample(w.proc.pid, self.now())
                 if s is not None:
                     w.samples.append(s)
+
+    def lost_leases(self) -> set[tuple[str, str]]:
+        """(worker id, lease key) for every lease a worker logged as lost: not renewed in time
+        although nothing was done to it (e.g. starved of CPU on a loaded machine)."""
+        lost: set[tuple[str, str]] = set()
+        for w in self.workers.values():
+            path = self.out / f"{w.worker_id}.stderr"
+            if path.exists():
+                for line in path.read_text(errors="replace").splitlines():
+                    match = _LOST.search(line)
+                    if match:
+                        lost.add((match[1], match[2]))
+        return lost
 
     async def _wait_exit(self, w: Worker, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
