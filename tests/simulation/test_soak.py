@@ -18,7 +18,7 @@ from kclasync.testing.emulators import LocalAws
 pytestmark = [pytest.mark.asyncio, pytest.mark.soak]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 async def test_soak_60s(moto: LocalAws, unique_name: str, tmp_path: Path) -> None:
     settings = SoakSettings(
         seconds=60.0, workers=4, long_lived=2, rate=100.0, seed=7, chaos_interval=(1.5, 3.0)
