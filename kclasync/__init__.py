@@ -4,7 +4,6 @@ Everything a user needs is importable from here.
 """
 
 from kclasync._adapters.aws import ClientOptions
-from kclasync._adapters.protocols import ThrottledError, TransientError
 from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
 from kclasync._consumer import Consumer
 from kclasync._core.position import Checkpoint, InitialPosition
@@ -19,6 +18,8 @@ from kclasync.errors import (
     ProcessorFailedError,
     ShutdownCheckpointError,
     StreamNotFoundError,
+    ThrottledError,
+    TransientError,
 )
 
 __version__ = "0.1.0"

@@ -1,4 +1,8 @@
-"""The ``kclasync`` command: ``demo`` and ``leases``."""
+"""The ``kclasync`` command line: its subcommands, and one line on stderr (exit code 1) for an
+expected failure (``_cli_errors`` words it; ``--verbose`` adds the traceback).
+
+Must not: hold what a command does (the modules it dispatches to do).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,14 @@ import argparse
 import asyncio
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 
 from kclasync._adapters.aws import ClientOptions
+from kclasync._cli_errors import Target, explain
 from kclasync._simulation import cli as simulation_cli
+from kclasync.dashboard import _cli as dashboard_cli
+from kclasync.logging import configure_logging
 
 
 def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +31,8 @@ def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 def _sticky_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sticky",
-        help="pin a lease (Sticky=10), release it (20: nobody takes it), or unpin it",
+        help="pin, release or unpin a lease (its Sticky attribute)",
+        description="Pin a lease (Sticky=10), release it (20: nobody takes it), or unpin it.",
     )
     p.add_argument("action", choices=["pin", "release", "unpin"])
     p.add_argument("lease", help="lease key (the shard id, in single-stream mode)")
@@ -37,7 +46,7 @@ def _sticky_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
-        help="run producers and several workers against an in-process AWS emulator",
+        help="run a fleet, a producer and a crash on an in-process AWS emulator",
     )
     p.add_argument("--shards", type=int, default=4, help="shards in the demo stream (4)")
     p.add_argument("--workers", type=int, default=3, help="workers sharing the stream (3)")
@@ -45,31 +54,91 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--rate", type=int, default=400, help="records produced per second (400)")
     p.add_argument("--backlog", type=int, default=20000, help="records written before start")
     p.add_argument("--failover", type=float, default=3.0, help="lease failover time, s (3)")
+    p.add_argument("--record-size", type=int, default=0, help="filler bytes per record (0)")
     p.add_argument("--no-crash", action="store_true", help="do not crash a worker midway")
     p.add_argument("--plain", action="store_true", help="no screen redraws, just lines")
-    p.add_argument("--verbose", "-v", action="store_true", help="log what the workers do")
+    p.add_argument(
+        "--verbose", "-v", action="store_true", help="log what the workers do; tracebacks"
+    )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kclasync", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Options every command has (added to each subcommand, so a new one gets them too)."""
+    for p in sub.choices.values():
+        known = {opt for action in p._actions for opt in action.option_strings}
+        if "--verbose" not in known:
+            p.add_argument(
+                "--verbose", "-v", action="store_true", help="on failure, show the traceback"
+            )
+        if "--log-format" not in known:
+            p.add_argument(
+                "--log-format",
+                choices=("text", "json"),
+                default="text",
+                help="log lines as text or one JSON object each (text)",
+            )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kclasync",
+        description="Consume Amazon Kinesis with the KCL lease protocol, from asyncio.",
+        # Wide enough that every command's help stays on one line.
+        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=24, width=100),
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo_parser(sub)
     _leases_parser(sub)
     _sticky_parser(sub)
     simulation_cli.add_parser(sub)
+    dashboard_cli.add_parser(sub)
+    _common_options(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    verbose = bool(getattr(args, "verbose", False))
+    configure_logging(
+        json=getattr(args, "log_format", "text") == "json",
+        level=logging.INFO if verbose else logging.WARNING,
+    )
+    try:
+        return _dispatch(parser, args)
+    except KeyboardInterrupt:
+        print("kclasync: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        target = Target(
+            table=getattr(args, "table", None) or getattr(args, "application", None),
+            region=getattr(args, "region", None),
+            endpoint_url=getattr(args, "endpoint_url", None),
+        )
+        message = explain(exc, target)
+        if message is None:
+            raise  # not an expected failure: a bug, with its traceback
+        if verbose:
+            traceback.print_exc(file=sys.stderr)
+        print(f"kclasync {args.command}: error: {message}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "simulate":
         return simulation_cli.run(args)
+    if args.command == "dashboard":
+        return dashboard_cli.run(args)
     if args.command == "demo":
         from kclasync._demo import DemoSettings, run_demo
+        from kclasync.testing.emulators import require_moto
 
-        logging.basicConfig(
-            level=logging.INFO if args.verbose else logging.ERROR,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        require_moto("kclasync demo")
         # The embedded emulator's request log and its internal errors (it occasionally answers
         # 500 under concurrent use; the workers retry) are noise here.
         logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+        if not args.verbose:
+            logging.getLogger().setLevel(logging.ERROR)
         try:
             settings = DemoSettings(
                 shards=args.shards,
@@ -78,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rate=args.rate,
                 backlog=args.backlog,
                 failover=args.failover,
+                record_size=args.record_size,
                 crash=not args.no_crash,
                 live=(not args.plain) and sys.stdout.isatty(),
             )

@@ -109,93 +109,170 @@ def _error_policy(value: Any) -> ProcessorErrorPolicy:
         raise ConfigError("processor_error_policy", f"must be one of {choices}") from None
 
 
+def _meta(unit: str, kcl: str = "") -> dict[str, str]:
+    """A field's documentation metadata: its unit ("s" for seconds, "" for none) and the name
+    of the Java KCL's setting it corresponds to, if any (the configuration reference shows both)."""
+    return {"unit": unit, "kcl": kcl}
+
+
 @attrs.frozen(kw_only=True)
 class ConsumerConfig:
     """Tuning for one consumer. Times are in seconds. Defaults match the Java KCL's."""
 
     #: A lease whose counter has not moved for this long is expired (KCL failoverTimeMillis).
-    failover_time: float = attrs.field(default=10.0, validator=_positive)
+    failover_time: float = attrs.field(
+        default=10.0, validator=_positive, metadata=_meta("s", kcl="failoverTimeMillis")
+    )
     #: Slack subtracted from the renewal period and added to the taker period.
-    epsilon: float = attrs.field(default=0.025, validator=_non_negative)
+    epsilon: float = attrs.field(
+        default=0.025, validator=_non_negative, metadata=_meta("s", kcl="epsilonMillis")
+    )
     #: Where leases created on an empty table start.
     initial_position: InitialPosition = attrs.field(
-        default=InitialPosition.latest(), converter=_initial_position
+        default=InitialPosition.latest(),
+        converter=_initial_position,
+        metadata=_meta("", kcl="initialPositionInStreamExtended"),
     )
     #: At most this many leases per worker (None: unlimited).
     max_leases_for_worker: int | None = attrs.field(
-        default=None, validator=[_optional_whole, _optional_positive]
+        default=None,
+        validator=[_optional_whole, _optional_positive],
+        metadata=_meta("leases", kcl="maxLeasesForWorker"),
     )
     #: How leases are spread: ``balanced`` (batch stealing over the worker registry: balanced in
     #: one round, moves handed over gracefully) or ``kcl2`` (the Java KCL 2.x rules).
     lease_taker: LeaseTakerKind = attrs.field(
-        default=LeaseTakerKind.BALANCED, converter=_taker_kind
+        default=LeaseTakerKind.BALANCED, converter=_taker_kind, metadata=_meta("")
     )
     #: At most this many leases stolen by one worker in one round (None: no limit; the Java
     #: KCL's maxLeasesToStealAtOneTime is 1).
     max_leases_to_steal: int | None = attrs.field(
-        default=None, validator=[_optional_whole, _optional_positive]
+        default=None,
+        validator=[_optional_whole, _optional_positive],
+        metadata=_meta("leases", kcl="maxLeasesToStealAtOneTime"),
     )
     #: Planned moves hand the lease over (the old owner finishes its batch and checkpoints
     #: first) instead of cutting the old owner off.
-    graceful_handoff: bool = attrs.field(default=True, validator=_flag)
+    graceful_handoff: bool = attrs.field(
+        default=True, validator=_flag, metadata=_meta("", kcl="isGracefulLeaseHandoffEnabled")
+    )
     #: How long a new owner waits for the old one to finish a handoff before forcing it
     #: (KCL gracefulLeaseHandoffTimeoutMillis).
-    handoff_timeout: float = attrs.field(default=30.0, validator=_positive)
+    handoff_timeout: float = attrs.field(
+        default=30.0,
+        validator=_positive,
+        metadata=_meta("s", kcl="gracefulLeaseHandoffTimeoutMillis"),
+    )
     #: A worker whose registry heartbeat stood still this long no longer counts as live
     #: (None: the failover time).
-    worker_timeout: float | None = attrs.field(default=None, validator=_optional_positive)
+    worker_timeout: float | None = attrs.field(
+        default=None, validator=_optional_positive, metadata=_meta("s")
+    )
     #: How often the stream's shard list is compared with the lease table.
-    shard_sync_interval: float = attrs.field(default=60.0, validator=_positive)
+    shard_sync_interval: float = attrs.field(
+        default=60.0, validator=_positive, metadata=_meta("s", kcl="shardSyncIntervalMillis")
+    )
     #: How often a child shard's worker checks whether its parents are finished.
-    parent_shard_poll_interval: float = attrs.field(default=10.0, validator=_positive)
+    parent_shard_poll_interval: float = attrs.field(
+        default=10.0, validator=_positive, metadata=_meta("s", kcl="parentShardPollIntervalMillis")
+    )
     #: GetRecords Limit (1..10000).
-    max_records: int = attrs.field(default=10000, validator=[_whole, _positive])
+    max_records: int = attrs.field(
+        default=10000, validator=[_whole, _positive], metadata=_meta("records", kcl="maxRecords")
+    )
     #: Pause after a GetRecords call that returned nothing while caught up.
-    idle_time_between_reads: float = attrs.field(default=1.5, validator=_positive)
+    idle_time_between_reads: float = attrs.field(
+        default=1.5, validator=_positive, metadata=_meta("s", kcl="idleTimeBetweenReadsInMillis")
+    )
     #: Pause between GetRecords calls that returned records (AWS allows 5 calls/s per shard).
-    min_time_between_reads: float = attrs.field(default=0.2, validator=_non_negative)
+    min_time_between_reads: float = attrs.field(
+        default=0.2, validator=_non_negative, metadata=_meta("s")
+    )
     #: Batches buffered between a shard's fetcher and its processor; a full queue stops the fetcher.
-    max_queued_batches: int = attrs.field(default=3, validator=[_whole, _positive])
+    max_queued_batches: int = attrs.field(
+        default=3,
+        validator=[_whole, _positive],
+        metadata=_meta("batches", kcl="maxPendingProcessRecordsInput"),
+    )
     #: First backoff after a throttling error; doubles up to ``max_backoff``.
-    throttle_backoff: float = attrs.field(default=0.5, validator=_positive)
-    max_backoff: float = attrs.field(default=10.0, validator=_positive)
+    throttle_backoff: float = attrs.field(default=0.5, validator=_positive, metadata=_meta("s"))
+    #: The longest backoff after throttling or a transient AWS error.
+    max_backoff: float = attrs.field(default=10.0, validator=_positive, metadata=_meta("s"))
     #: Retries of a batch whose processor raised, before ``processor_error_policy`` applies.
-    processor_retries: int = attrs.field(default=3, validator=[_whole, _non_negative])
+    processor_retries: int = attrs.field(
+        default=3, validator=[_whole, _non_negative], metadata=_meta("retries")
+    )
     #: First backoff between processor retries; doubles each time.
-    processor_retry_backoff: float = attrs.field(default=1.0, validator=_non_negative)
+    processor_retry_backoff: float = attrs.field(
+        default=1.0, validator=_non_negative, metadata=_meta("s")
+    )
+    #: What happens after the last retry: ``fail`` (the consumer stops, ``run()`` raises
+    #: ``ProcessorFailedError``) or ``release_shard`` (only that shard is let go for a while).
     processor_error_policy: ProcessorErrorPolicy = attrs.field(
-        default=ProcessorErrorPolicy.FAIL, converter=_error_policy
+        default=ProcessorErrorPolicy.FAIL, converter=_error_policy, metadata=_meta("")
     )
     #: With RELEASE_SHARD: how long this worker leaves a shard alone after giving it up.
-    failed_shard_backoff: float = attrs.field(default=60.0, validator=_positive)
+    failed_shard_backoff: float = attrs.field(
+        default=60.0, validator=_positive, metadata=_meta("s")
+    )
     #: How long ``stop()`` waits for processors to finish their batch and checkpoint.
-    shutdown_timeout: float = attrs.field(default=30.0, validator=_positive)
+    shutdown_timeout: float = attrs.field(
+        default=30.0, validator=_positive, metadata=_meta("s", kcl="shutdownGraceMillis")
+    )
     #: How often the taker scans the table. None: failover + epsilon, so that a dead worker's
     #: leases are taken within about 2 x failover (the Java KCL scans every 2 x (failover +
     #: epsilon), which can take up to 4 x failover; set that value to match it exactly).
-    lease_taker_interval: float | None = attrs.field(default=None, validator=_optional_positive)
+    lease_taker_interval: float | None = attrs.field(
+        default=None, validator=_optional_positive, metadata=_meta("s")
+    )
     #: Delete a lease at SHARD_END once every child lease exists and has started (see
     #: ``kclasync._core.lease_cleanup``). Off: finished leases stay in the table.
-    cleanup_leases_upon_shard_completion: bool = attrs.field(default=True, validator=_flag)
+    cleanup_leases_upon_shard_completion: bool = attrs.field(
+        default=True, validator=_flag, metadata=_meta("", kcl="cleanupLeasesUponShardCompletion")
+    )
     #: A finished lease is deleted no earlier than this long after it was first seen deletable.
-    lease_cleanup_delay: float = attrs.field(default=60.0, validator=_non_negative)
+    lease_cleanup_delay: float = attrs.field(
+        default=60.0, validator=_non_negative, metadata=_meta("s")
+    )
     #: How often the leader looks for finished leases to delete.
-    lease_cleanup_interval: float = attrs.field(default=60.0, validator=_positive)
+    lease_cleanup_interval: float = attrs.field(
+        default=60.0, validator=_positive, metadata=_meta("s", kcl="leaseCleanupIntervalMillis")
+    )
     #: The leader lock's lease: another worker takes the lock over once it has seen it unchanged
     #: for this long (KCL 3.x: 120 s).
-    leader_lock_duration: float = attrs.field(default=120.0, validator=_positive)
+    leader_lock_duration: float = attrs.field(
+        default=120.0, validator=_positive, metadata=_meta("s")
+    )
     #: How often the lock is read, and renewed by its holder (KCL 3.x: 30 s).
-    leader_heartbeat_interval: float = attrs.field(default=30.0, validator=_positive)
+    leader_heartbeat_interval: float = attrs.field(
+        default=30.0, validator=_positive, metadata=_meta("s")
+    )
     #: How often the leader checks the hash-key space covered by leases for holes.
-    lease_audit_interval: float = attrs.field(default=120.0, validator=_positive)
+    lease_audit_interval: float = attrs.field(
+        default=120.0,
+        validator=_positive,
+        metadata=_meta("s", kcl="leasesRecoveryAuditorExecutionFrequencyMillis"),
+    )
     #: Consecutive audits that must find a hole before the leader runs a shard sync.
-    lease_audit_threshold: int = attrs.field(default=3, validator=[_whole, _positive])
+    lease_audit_threshold: int = attrs.field(
+        default=3,
+        validator=[_whole, _positive],
+        metadata=_meta("audits", kcl="leasesRecoveryAuditorInconsistencyConfidenceThreshold"),
+    )
     #: Multi-stream: a stream that left the list has its leases deleted after this long.
-    removed_stream_grace: float = attrs.field(default=3600.0, validator=_non_negative)
+    removed_stream_grace: float = attrs.field(
+        default=3600.0,
+        validator=_non_negative,
+        metadata=_meta("s", kcl="waitPeriodToDeleteFormerStreams"),
+    )
     #: Leases are unique per worker id; None picks ``host:pid:random``.
-    worker_id: str | None = attrs.field(default=None, validator=_optional_name)
+    worker_id: str | None = attrs.field(
+        default=None, validator=_optional_name, metadata=_meta("", kcl="workerIdentifier")
+    )
     #: Lease table name; None means the application name (as the KCL does).
-    table_name: str | None = attrs.field(default=None, validator=_optional_name)
+    table_name: str | None = attrs.field(
+        default=None, validator=_optional_name, metadata=_meta("", kcl="tableName")
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.max_records > 10000:

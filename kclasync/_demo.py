@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TextIO
 
 import attrs
@@ -38,6 +38,7 @@ _LIMITS = {
     "rate": (0, 20000),
     "backlog": (0, 1_000_000),
     "failover": (0.5, 60),
+    "record_size": (0, 100_000),
 }
 
 
@@ -49,6 +50,8 @@ class DemoSettings:
     rate: int = 400
     backlog: int = 20000
     failover: float = 3.0
+    #: Bytes of filler text in each record, besides its id.
+    record_size: int = 0
     crash: bool = True
     live: bool = False
 
@@ -92,9 +95,11 @@ class _Tally:
 
 
 class _Producer:
-    def __init__(self, client: KinesisStreamClient) -> None:
+    def __init__(self, client: KinesisStreamClient, record_size: int = 0) -> None:
         self.client = client
         self.next_id = 0
+        filler = "kclasync demo record body "
+        self.body = (filler * (record_size // len(filler) + 1))[:record_size]
 
     async def put(self, count: int) -> None:
         """Write ``count`` records, one PutRecords request at a time, retrying failed entries."""
@@ -102,7 +107,8 @@ class _Producer:
         for _ in range(count):
             i = self.next_id
             self.next_id += 1
-            pending.append((f"user-{i % 997}", orjson.dumps({"id": i})))
+            record = {"id": i, "body": self.body} if self.body else {"id": i}
+            pending.append((f"user-{i % 997}", orjson.dumps(record)))
         while pending:
             chunk, pending = pending[:500], pending[500:]
             results = await self.client.put_records(STREAM, chunk)
@@ -124,7 +130,14 @@ class _Producer:
 Say = Callable[[str], None]
 
 
-async def run_demo(settings: DemoSettings, out: TextIO | None = None) -> int:
+async def run_demo(
+    settings: DemoSettings,
+    out: TextIO | None = None,
+    *,
+    client_overrides: Mapping[str, object] | None = None,
+) -> int:
+    """Run the demo; ``client_overrides`` go to the emulator's ``client_options`` (e.g. the
+    credentials the clients sign with)."""
     stream_out = out if out is not None else sys.stdout
 
     def say(text: str = "") -> None:
@@ -132,7 +145,7 @@ async def run_demo(settings: DemoSettings, out: TextIO | None = None) -> int:
 
     with embedded_moto() as aws:
         say(f"AWS emulator (moto) listening on {aws.endpoint_url}")
-        options = aws.client_options()
+        options = aws.client_options(**(client_overrides or {}))
         result = await _run(settings, options, say)
     say()
     say("Summary")
@@ -165,7 +178,7 @@ async def _run(settings: DemoSettings, options: ClientOptions, say: Say) -> Demo
     async with options.create_client("kinesis") as kin, options.create_client("dynamodb") as ddb:
         client = KinesisStreamClient(kin)
         await client.create_stream(STREAM, settings.shards)
-        producer = _Producer(client)
+        producer = _Producer(client, settings.record_size)
         if settings.backlog:
             say(
                 f"writing a backlog of {settings.backlog:,} records to {settings.shards} shards ..."

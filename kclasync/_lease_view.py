@@ -44,17 +44,11 @@ def render_scan(scan: LeaseScan) -> list[str]:
 
 
 async def print_lease_table(options: ClientOptions, table: str) -> int:
-    from botocore.exceptions import ClientError
-
     from kclasync._adapters.dynamodb import DynamoLeaseStore
 
     async with options.create_client("dynamodb") as client:
-        store = DynamoLeaseStore(client, table)
-        try:
-            scan = await store.list_leases()
-        except ClientError as exc:
-            print(f"cannot read lease table {table!r}: {exc}", file=sys.stderr)
-            return 1
+        # AWS errors (missing table, access denied, ...) are worded by the CLI.
+        scan = await DynamoLeaseStore(client, table).list_leases()
     print("\n".join(render_scan(scan)))
     print(f"{len(scan.leases)} leases, {len(scan.corrupt)} corrupt")
     return 0

@@ -120,8 +120,52 @@ class HandlerProcessor:
             await checkpointer.checkpoint()
 
 
+#: The methods a record processor must define, each an ``async def``.
+PROCESSOR_METHODS = (
+    "initialize",
+    "process_records",
+    "lease_lost",
+    "shard_ended",
+    "shutdown_requested",
+)
+
+_SIGNATURES = {
+    "initialize": "(self, shard)",
+    "process_records": "(self, records, checkpointer, millis_behind_latest)",
+    "lease_lost": "(self)",
+    "shard_ended": "(self, checkpointer)",
+    "shutdown_requested": "(self, checkpointer)",
+}
+
+
+def _not_async(cls: type) -> list[str]:
+    """The processor methods ``cls`` lacks or defines without ``async``."""
+    return [
+        name
+        for name in PROCESSOR_METHODS
+        if not inspect.iscoroutinefunction(getattr(cls, name, None))
+    ]
+
+
+def _requires_arguments(func: object) -> bool:
+    """Whether ``func`` cannot be called without arguments (so it is no factory)."""
+    try:
+        signature = inspect.signature(func)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        for p in signature.parameters.values()
+    )
+
+
 def processor_factory(processor: object) -> ProcessorFactory:
-    """Turn what the user passed as ``processor=`` into a per-shard factory."""
+    """Turn what the user passed as ``processor=`` into a per-shard factory.
+
+    Raises ``TypeError`` (turned into ``ConfigError`` by ``Consumer``) for what can be seen to
+    be wrong before running: a plain ``def handle(records)``, or a class whose processor
+    methods are missing or not coroutines."""
     is_async_callable = (
         callable(processor)
         and not isinstance(processor, type)
@@ -134,17 +178,32 @@ def processor_factory(processor: object) -> ProcessorFactory:
             return HandlerProcessor(handle)
 
         return make_handler
+    if isinstance(processor, type):
+        missing = _not_async(processor)
+        if missing:
+            wanted = "; ".join(f"async def {name}{_SIGNATURES[name]}" for name in missing)
+            raise TypeError(
+                f"processor= class {processor.__qualname__} must define its record-processor "
+                f"methods as coroutines; write: {wanted}"
+            )
     if isinstance(processor, RecordProcessor) and not isinstance(processor, type):
         raise TypeError(
             "processor= got a processor instance; pass its class or a zero-argument factory, "
             "so that every shard gets its own instance"
+        )
+    if callable(processor) and not isinstance(processor, type) and _requires_arguments(processor):
+        name = getattr(processor, "__name__", type(processor).__name__)
+        raise TypeError(
+            f"processor= got {name}(), which is not a coroutine function; a record handler "
+            f"must be written `async def {name}(records): ...` (a zero-argument callable is "
+            "taken for a factory of processors)"
         )
     if callable(processor):
         factory = processor
 
         def make() -> RecordProcessor:
             made = factory()
-            if not isinstance(made, RecordProcessor):
+            if not isinstance(made, RecordProcessor) or _not_async(type(made)):
                 raise TypeError(
                     f"processor factory returned {made!r}, which lacks the async methods "
                     "initialize/process_records/lease_lost/shard_ended/shutdown_requested"

@@ -53,6 +53,18 @@ class ProcessorFailedError(KclAsyncError):
         )
 
 
+class AdapterError(KclAsyncError):
+    """An I/O call (to the lease table or the stream) failed."""
+
+
+class ThrottledError(AdapterError):
+    """The service asked us to slow down (ProvisionedThroughputExceeded, LimitExceeded, ...)."""
+
+
+class TransientError(AdapterError):
+    """A failure worth retrying (timeouts, 5xx, connection errors)."""
+
+
 class StreamNotFoundError(KclAsyncError):
     def __init__(self, stream: str) -> None:
         self.stream = stream

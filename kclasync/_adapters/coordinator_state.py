@@ -1,8 +1,14 @@
 """The ``<app>-CoordinatorState`` table on DynamoDB: the leader lock item.
 
-Owns: the DynamoDB calls behind ``CoordinatorStateStore``. Item layout as the KCL 3.x keeps it
-(HASH key ``key``; the DynamoDB lock client's ``ownerName``, ``leaseDuration`` in milliseconds as
-a string, ``recordVersionNumber``, ``isReleased``), so a mixed fleet would see one leader item.
+Owns: the DynamoDB calls behind ``CoordinatorStateStore`` and the lock item's attribute layout,
+which is exactly the one of the DynamoDB lock client inside the KCL 3.x, so that a mixed fleet
+shares one leader item: HASH key ``key`` (S, ``"Leader"``); ``ownerName`` S; ``leaseDuration`` S
+(milliseconds as a decimal string: the lock client parses it from a string); ``recordVersionNumber``
+S, replaced on every write; no ``isReleased`` while held. A graceful release deletes the item, as
+the KCL 3.x does. Reading is tolerant: ``leaseDuration`` as S or N, and the ``isReleased`` forms
+described in ``core.leader_lock.is_released_marker`` (the lock client's ``"1"`` and the booleans
+earlier kclasync versions wrote). Other attributes (the lock client's ``data``, the KCL's
+``Migration3.0`` item in the same table) are left alone.
 Must not: decide anything (when the lock is expired is ``core.leader_lock``'s call).
 
 Why a table of its own rather than a typed item in the lease table: every worker scans the lease
@@ -18,7 +24,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from kclasync._adapters.dynamodb import _code, _mapped_errors, ensure_table
-from kclasync._core.leader_lock import LockItem
+from kclasync._core.leader_lock import LockItem, is_released_marker
 
 KEY = "key"
 OWNER = "ownerName"
@@ -31,13 +37,26 @@ def coordinator_table_name(lease_table: str) -> str:
     return f"{lease_table}-CoordinatorState"
 
 
+def _released(item: dict[str, Any]) -> bool:
+    attr = item.get(RELEASED)
+    if attr is None:
+        return False
+    value: object = attr["BOOL"] if "BOOL" in attr else next(iter(attr.values()), True)
+    return is_released_marker(value)
+
+
 def _item_to_lock(item: dict[str, Any]) -> LockItem:
-    duration_ms = item.get(LEASE_DURATION, {}).get("S") or item.get(LEASE_DURATION, {}).get("N")
+    duration = item.get(LEASE_DURATION, {})
+    duration_ms = duration.get("S") or duration.get("N")
+    try:
+        seconds = float(duration_ms or 0) / 1000.0
+    except ValueError:
+        seconds = 0.0  # unreadable: treated as already expired once its RVN stops changing
     return LockItem(
         owner=item.get(OWNER, {}).get("S"),
         record_version=str(item.get(RECORD_VERSION, {}).get("S", "")),
-        lease_duration=float(duration_ms or 0) / 1000.0,
-        released=bool(item.get(RELEASED, {}).get("BOOL", False)),
+        lease_duration=seconds,
+        released=_released(item),
     )
 
 
@@ -77,7 +96,6 @@ class DynamoCoordinatorState:
             OWNER: {"S": owner},
             LEASE_DURATION: {"S": str(round(lease_duration * 1000))},
             RECORD_VERSION: {"S": version},
-            RELEASED: {"BOOL": False},
         }
 
     async def _put(self, op: str, item: dict[str, Any], **condition: Any) -> bool:
@@ -110,25 +128,23 @@ class DynamoCoordinatorState:
         ok = await self._put(
             "replace_lock",
             item,
-            ConditionExpression="#v = :v",
-            ExpressionAttributeNames={"#v": RECORD_VERSION},
+            ConditionExpression="attribute_exists(#k) AND #v = :v",
+            ExpressionAttributeNames={"#k": KEY, "#v": RECORD_VERSION},
             ExpressionAttributeValues={":v": {"S": expected_version}},
         )
         return _item_to_lock(item) if ok else None
 
     async def release_lock(self, key: str, expected_version: str, owner: str, version: str) -> bool:
+        """Delete the item if we still hold it (``version`` is unused: nothing is left behind)."""
         try:
-            async with _mapped_errors("UpdateItem"):
+            async with _mapped_errors("DeleteItem"):
                 self._count("release_lock")
-                await self._client.update_item(
+                await self._client.delete_item(
                     TableName=self.table_name,
                     Key={KEY: {"S": key}},
-                    UpdateExpression="SET #r = :t, #v = :new",
-                    ConditionExpression="#v = :old AND #o = :owner",
-                    ExpressionAttributeNames={"#r": RELEASED, "#v": RECORD_VERSION, "#o": OWNER},
+                    ConditionExpression="attribute_exists(#k) AND #v = :old AND #o = :owner",
+                    ExpressionAttributeNames={"#k": KEY, "#v": RECORD_VERSION, "#o": OWNER},
                     ExpressionAttributeValues={
-                        ":t": {"BOOL": True},
-                        ":new": {"S": version},
                         ":old": {"S": expected_version},
                         ":owner": {"S": owner},
                     },

@@ -1,7 +1,9 @@
 """The lease table on DynamoDB (aiobotocore), with the KCL's fenced conditional writes.
 
 Owns: the DynamoDB calls behind ``LeaseStore`` and the mapping of AWS errors to adapter errors.
-Must not: decide anything about the protocol (which lease to take, when it expires).
+Each write's condition comes from ``_core.lease_rules`` (compiled by ``dynamo_conditions``).
+Must not: decide anything about the protocol (which lease to take, when it expires, which
+condition a write carries).
 """
 
 from __future__ import annotations
@@ -14,14 +16,12 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kclasync._adapters import lease_codec as c
-from kclasync._adapters.protocols import (
-    LeaseScan,
-    ThrottledError,
-    TransientError,
-    WorkerHeartbeat,
-)
+from kclasync._adapters.dynamo_conditions import conditional
+from kclasync._adapters.protocols import LeaseScan, WorkerHeartbeat
+from kclasync._core import lease_rules as rules
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.position import Checkpoint
+from kclasync.errors import ThrottledError, TransientError
 
 _THROTTLING = {
     "ProvisionedThroughputExceededException",
@@ -198,8 +198,7 @@ class DynamoLeaseStore:
                 await self._client.put_item(
                     TableName=self.table_name,
                     Item=c.lease_to_item(lease),
-                    ConditionExpression="attribute_not_exists(#k)",
-                    ExpressionAttributeNames={"#k": c.LEASE_KEY},
+                    **conditional(rules.create()),
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
@@ -208,12 +207,8 @@ class DynamoLeaseStore:
         return True
 
     async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
-        names = {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER}
-        values: dict[str, Any] = {
-            ":old": {"N": str(lease.counter)},
-            ":new": {"N": str(lease.counter + 1)},
-            ":owner": {"S": lease.owner or ""},
-        }
+        names = {"#c": c.LEASE_COUNTER}
+        values: dict[str, Any] = {":new": {"N": str(lease.counter + 1)}}
         update = "SET #c = :new"
         if throughput_kbps is not None:
             names["#t"] = c.THROUGHPUT_KBPS
@@ -223,9 +218,7 @@ class DynamoLeaseStore:
             "renew",
             lease.key,
             UpdateExpression=update,
-            ConditionExpression="#c = :old AND #o = :owner",
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
+            **conditional(rules.renew(lease), names, values),
         )
 
     async def take_lease(self, lease: Lease, owner: str) -> Lease | None:
@@ -235,20 +228,21 @@ class DynamoLeaseStore:
             UpdateExpression=(
                 "SET #c = :new, #o = :me, #s = if_not_exists(#s, :zero) + :one REMOVE #co"
             ),
-            ConditionExpression="#c = :old",
-            ExpressionAttributeNames={
-                "#c": c.LEASE_COUNTER,
-                "#o": c.LEASE_OWNER,
-                "#s": c.OWNER_SWITCHES,
-                "#co": c.CHECKPOINT_OWNER,
-            },
-            ExpressionAttributeValues={
-                ":old": {"N": str(lease.counter)},
-                ":new": {"N": str(lease.counter + 1)},
-                ":me": {"S": owner},
-                ":zero": {"N": "0"},
-                ":one": {"N": "1"},
-            },
+            **conditional(
+                rules.take(lease),
+                {
+                    "#c": c.LEASE_COUNTER,
+                    "#o": c.LEASE_OWNER,
+                    "#s": c.OWNER_SWITCHES,
+                    "#co": c.CHECKPOINT_OWNER,
+                },
+                {
+                    ":new": {"N": str(lease.counter + 1)},
+                    ":me": {"S": owner},
+                    ":zero": {"N": "0"},
+                    ":one": {"N": "1"},
+                },
+            ),
         )
 
     async def release_lease(self, lease: Lease) -> Lease | None:
@@ -256,30 +250,24 @@ class DynamoLeaseStore:
             "release",
             lease.key,
             UpdateExpression="SET #c = #c + :one REMOVE #o",
-            ConditionExpression="#o = :owner",
-            ExpressionAttributeNames={"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER},
-            ExpressionAttributeValues={":owner": {"S": lease.owner or ""}, ":one": {"N": "1"}},
+            **conditional(
+                rules.release(lease),
+                {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER},
+                {":one": {"N": "1"}},
+            ),
         )
 
     async def checkpoint(
         self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
     ) -> Lease | None:
         # DynamoDB rejects names the expressions do not use, so each mode names only its own.
-        names = {"#co": c.CHECKPOINT_OWNER}
+        rule = rules.checkpoint(lease)
+        names: dict[str, str] = {}
         values: dict[str, Any] = {}
-        if lease.checkpoint_owner is not None:
-            # Handoff: only the old owner named in checkpointOwner writes; counter untouched.
-            condition = "#co = :cowner"
-            values[":cowner"] = {"S": lease.checkpoint_owner}
-            counter_update = ""
-        else:
-            names |= {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER}
-            condition = "#c = :old AND #o = :owner AND attribute_not_exists(#co)"
-            values |= {
-                ":old": {"N": str(lease.counter)},
-                ":new": {"N": str(lease.counter + 1)},
-                ":owner": {"S": lease.owner or ""},
-            }
+        counter_update = ""
+        if rule.increments_counter:
+            names["#c"] = c.LEASE_COUNTER
+            values[":new"] = {"N": str(lease.counter + 1)}
             counter_update = "#c = :new, "
         if pending is not None:
             names |= {"#p": c.PENDING_CHECKPOINT, "#ps": c.PENDING_CHECKPOINT_SUBSEQ}
@@ -303,9 +291,7 @@ class DynamoLeaseStore:
             "checkpoint",
             lease.key,
             UpdateExpression=update,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
+            **conditional(rule.condition, names, values),
         )
 
     async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
@@ -313,12 +299,11 @@ class DynamoLeaseStore:
             "start_handoff",
             lease.key,
             UpdateExpression="SET #o = :new, #co = :old",
-            ConditionExpression="#o = :old AND attribute_not_exists(#co)",
-            ExpressionAttributeNames={"#o": c.LEASE_OWNER, "#co": c.CHECKPOINT_OWNER},
-            ExpressionAttributeValues={
-                ":old": {"S": lease.owner or ""},
-                ":new": {"S": new_owner},
-            },
+            **conditional(
+                rules.start_handoff(lease),
+                {"#o": c.LEASE_OWNER, "#co": c.CHECKPOINT_OWNER},
+                {":old": {"S": lease.owner or ""}, ":new": {"S": new_owner}},
+            ),
         )
 
     async def finish_handoff(self, lease: Lease) -> Lease | None:
@@ -326,17 +311,11 @@ class DynamoLeaseStore:
             "finish_handoff",
             lease.key,
             UpdateExpression="SET #c = #c + :one REMOVE #co",
-            ConditionExpression="#o = :new AND #co = :old",
-            ExpressionAttributeNames={
-                "#c": c.LEASE_COUNTER,
-                "#o": c.LEASE_OWNER,
-                "#co": c.CHECKPOINT_OWNER,
-            },
-            ExpressionAttributeValues={
-                ":new": {"S": lease.owner or ""},
-                ":old": {"S": lease.checkpoint_owner or ""},
-                ":one": {"N": "1"},
-            },
+            **conditional(
+                rules.finish_handoff(lease),
+                {"#c": c.LEASE_COUNTER, "#co": c.CHECKPOINT_OWNER},
+                {":one": {"N": "1"}},
+            ),
         )
 
     # -- worker registry ---------------------------------------------------------------------
@@ -367,9 +346,7 @@ class DynamoLeaseStore:
                 await self._client.delete_item(
                     TableName=self.table_name,
                     Key={c.LEASE_KEY: {"S": lease.key}},
-                    ConditionExpression="#c = :old",
-                    ExpressionAttributeNames={"#c": c.LEASE_COUNTER},
-                    ExpressionAttributeValues={":old": {"N": str(lease.counter)}},
+                    **conditional(rules.delete(lease)),
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
@@ -382,27 +359,18 @@ class DynamoLeaseStore:
     ) -> Lease | None:
         if not child_shard_ids:
             raise ValueError("childShardIds must not be empty (DynamoDB has no empty sets)")
-        values: dict[str, Any] = {
-            ":old": {"N": str(lease.counter)},
-            ":new": {"N": str(lease.counter + 1)},
-            ":ch": {"SS": sorted(child_shard_ids)},
-        }
-        if lease.owner is None:  # the leader's backfill of an unowned finished lease
-            owner_condition = "attribute_not_exists(#o)"
-        else:
-            owner_condition = "#o = :owner"
-            values[":owner"] = {"S": lease.owner}
         return await self._update(
             "child_shards",
             lease.key,
             UpdateExpression="SET #c = :new, #ch = :ch",
-            ConditionExpression=f"#c = :old AND {owner_condition}",
-            ExpressionAttributeNames={
-                "#c": c.LEASE_COUNTER,
-                "#o": c.LEASE_OWNER,
-                "#ch": c.CHILD_SHARD_IDS,
-            },
-            ExpressionAttributeValues=values,
+            **conditional(
+                rules.update_child_shard_ids(lease),
+                {"#c": c.LEASE_COUNTER, "#ch": c.CHILD_SHARD_IDS},
+                {
+                    ":new": {"N": str(lease.counter + 1)},
+                    ":ch": {"SS": sorted(child_shard_ids)},
+                },
+            ),
         )
 
     # -- administration (CLI) --------------------------------------------------------------
@@ -413,16 +381,16 @@ class DynamoLeaseStore:
         Administration only: workers never write these attributes. Raises ``KeyError`` for a
         lease that does not exist.
         """
-        names = {"#st": c.STICKY, "#sw": c.STICKY_WORKER, "#k": c.LEASE_KEY}
-        kwargs: dict[str, Any] = {}
+        names = {"#st": c.STICKY, "#sw": c.STICKY_WORKER}
+        values: dict[str, Any] = {}
         if value is None:
             update = "REMOVE #st, #sw"
         elif worker is None:
             update = "SET #st = :v REMOVE #sw"
-            kwargs["ExpressionAttributeValues"] = {":v": {"N": str(value)}}
+            values = {":v": {"N": str(value)}}
         else:
             update = "SET #st = :v, #sw = :w"
-            kwargs["ExpressionAttributeValues"] = {":v": {"N": str(value)}, ":w": {"S": worker}}
+            values = {":v": {"N": str(value)}, ":w": {"S": worker}}
         try:
             async with _mapped_errors("UpdateItem"):
                 self._count("set_sticky")
@@ -430,9 +398,7 @@ class DynamoLeaseStore:
                     TableName=self.table_name,
                     Key={c.LEASE_KEY: {"S": key}},
                     UpdateExpression=update,
-                    ConditionExpression="attribute_exists(#k)",
-                    ExpressionAttributeNames=names,
-                    **kwargs,
+                    **conditional(rules.set_sticky(), names, values),
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

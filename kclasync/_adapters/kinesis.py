@@ -23,13 +23,11 @@ from kclasync._adapters.protocols import (
     ShardFilterType,
     ShardNotFoundError,
     StartingPosition,
-    ThrottledError,
-    TransientError,
 )
 from kclasync._core.shard import HashRange, Shard
 from kclasync._core.streams import StreamIdentity
 from kclasync._records import Record
-from kclasync.errors import StreamNotFoundError
+from kclasync.errors import StreamNotFoundError, ThrottledError, TransientError
 
 _THROTTLING = {
     "ProvisionedThroughputExceededException",

@@ -21,18 +21,12 @@ from kclasync._core.position import Checkpoint
 from kclasync._core.shard import HashRange, Shard
 from kclasync._core.streams import StreamIdentity
 from kclasync._records import Record
-from kclasync.errors import KclAsyncError
+from kclasync.errors import AdapterError
+from kclasync.errors import ThrottledError as ThrottledError  # re-exported for older imports
+from kclasync.errors import TransientError as TransientError  # re-exported for older imports
 
 # ---------------------------------------------------------------------------------------------
-# Errors
-
-
-class AdapterError(KclAsyncError):
-    """An I/O call failed."""
-
-
-class ThrottledError(AdapterError):
-    """The service asked us to slow down (ProvisionedThroughputExceeded, LimitExceeded, ...)."""
+# Errors (``AdapterError``, ``ThrottledError`` and ``TransientError`` live in ``kclasync.errors``)
 
 
 class ExpiredIteratorError(AdapterError):
@@ -41,10 +35,6 @@ class ExpiredIteratorError(AdapterError):
 
 class ShardNotFoundError(AdapterError):
     """The shard (or its stream) no longer exists."""
-
-
-class TransientError(AdapterError):
-    """A failure worth retrying (timeouts, 5xx, connection errors)."""
 
 
 # ---------------------------------------------------------------------------------------------

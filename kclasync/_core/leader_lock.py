@@ -15,6 +15,11 @@ client the KCL 3.x uses for its ``Leader`` item:
 * The holder counts as leader only while its last successful write was *sent* less than the lease
   duration ago. Since every other worker waits at least that long after *seeing* that write, the
   holder stops leading before anyone else can take the lock.
+* A graceful release deletes the item (conditional on the holder's RVN and owner name), which
+  is what the KCL 3.x leader does; the next reader then finds no item and creates it. An item
+  that carries the lock client's ``isReleased`` marker is released whatever the marker's value
+  (the lock client only tests for its presence), except the boolean ``false`` that earlier
+  kclasync versions wrote on every held lock (``is_released_marker``).
 
 Must not: do I/O, read clocks (``now`` is always passed in), or draw randomness.
 """
@@ -26,6 +31,18 @@ import enum
 import attrs
 
 LEADER_LOCK_KEY = "Leader"
+
+#: The value the DynamoDB lock client stores in ``isReleased`` when it releases without deleting.
+RELEASED_MARKER = "1"
+
+
+def is_released_marker(value: object) -> bool:
+    """Whether a lock item's decoded ``isReleased`` attribute means "released".
+
+    ``None`` (absent): held. Any string (the lock client writes ``"1"``) or ``True``: released.
+    ``False``: held; earlier kclasync versions wrote ``isReleased = false`` on every held lock.
+    """
+    return value is not None and value is not False
 
 
 @attrs.frozen

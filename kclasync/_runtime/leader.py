@@ -15,8 +15,9 @@ import logging
 import random
 from collections.abc import Callable
 
-from kclasync._adapters.protocols import AdapterError, CoordinatorStateStore
+from kclasync._adapters.protocols import CoordinatorStateStore
 from kclasync._core.leader_lock import LEADER_LOCK_KEY, LeaderLockState, LockAction
+from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync.leader")
 

@@ -1,69 +1,46 @@
-"""The lease coordinator: renewer and taker loops, fenced checkpoints and releases.
+"""The lease coordinator: the leases this worker holds, renewed, fenced, handed over, released.
 
-Owns: the set of leases this worker holds, their local counters and renewal times, and applying
-the taker's plans through the ``LeaseStore``. Decisions (what is expired, what to take) come from
-``kclasync._core``.
+Owns: the held leases, their local counters and renewal times, the renewer loop, fenced writes
+(checkpoints, childShardIds), handoffs and releases; taking rounds are ``lease_taking``'s and
+feed ``held``. Decisions (what is expired, what to take, what a
+refused write means, when a handoff times out) come from ``kclasync._core`` (``held_lease``,
+``lease_taker``, ``expiry``); this module only applies them.
 Must not: read any clock but the event loop's, or touch stream records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import enum
 import logging
 import random
 from collections.abc import Callable
-from typing import Protocol
 
-import attrs
-
-from kclasync._adapters.protocols import AdapterError, LeaseStore, ThrottledError
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import CorruptLeaseError, Lease, StickyMode
-from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView
+from kclasync._adapters.protocols import LeaseStore
+from kclasync._core.held_lease import (
+    Event,
+    FailedWrite,
+    HeldState,
+    IncomingStep,
+    Verdict,
+    credits_renewal,
+    explain_failed_write,
+    incoming_step,
+    is_stale,
+    outgoing_timed_out,
+    release_reason,
+)
+from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.lease_taker import LeaseTaker
 from kclasync._core.position import Checkpoint
+from kclasync._runtime.held import HeldLease, LeaseListener
+from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
-from kclasync.errors import LeaseLostError
+from kclasync.errors import AdapterError, LeaseLostError, ThrottledError
 
 log = logging.getLogger("kclasync.leases")
 
 
-class HeldState(enum.Enum):
-    ACTIVE = "active"  # ours; its pipeline runs
-    INCOMING = "incoming"  # handed to us; waiting for the old owner's final checkpoint
-    OUTGOING = "outgoing"  # being handed away; our pipeline finishes, checkpoints, lets go
-
-
-@attrs.define(eq=False)
-class HeldLease:
-    """A lease this worker holds, with the local state that fences its writes."""
-
-    lease: Lease
-    #: Loop time at which the last successful counter-changing write was sent.
-    renewed_at: float
-    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    lost: bool = False
-    state: HeldState = HeldState.ACTIVE
-    #: Loop time a handoff (either way) started.
-    since: float = 0.0
-    #: Sticky=20 was seen: the pipeline is stopping and the lease will be released.
-    release_requested: bool = False
-
-    @property
-    def key(self) -> str:
-        return self.lease.key
-
-
-class LeaseListener(Protocol):
-    def lease_acquired(self, held: HeldLease) -> None:
-        """The lease is ours to process: start its pipeline."""
-
-    def lease_lost(self, held: HeldLease, reason: str) -> None:
-        """The lease is gone: stop its pipeline at once."""
-
-    def lease_stop_requested(self, held: HeldLease, reason: str) -> None:
-        """Finish the batch in flight, let the processor checkpoint, then call ``release``."""
+__all__ = ["HeldLease", "HeldState", "LeaseCoordinator", "LeaseListener"]
 
 
 class LeaseCoordinator:
@@ -91,32 +68,23 @@ class LeaseCoordinator:
         self.worker_id = worker_id
         self.failover_time = failover_time
         self.renewer_interval = renewer_interval
-        self.taker_interval = taker_interval
-        self.taker = taker
-        self.max_leases_for_worker = max_leases_for_worker
-        self.max_leases_to_steal = max_leases_to_steal
         self.metrics = metrics
         self.labels = (application, worker_id)
         self.listener = listener
-        self.rng = rng
         self._clock = clock
-        self.expiry = ExpiryTracker(failover_time)
-        self.graceful_handoff = graceful_handoff
         self.handoff_timeout = handoff_timeout
-        self.workers = ExpiryTracker(
-            worker_timeout if worker_timeout is not None else failover_time
-        )
-        #: Workers judged live at the last scan (registry heartbeats), this one included.
-        self.live_workers: frozenset[str] = frozenset({worker_id})
-        self._reported_sticky: set[str] = set()
-        #: Taking rounds completed (for tests, benchmarks and the demo).
-        self.rounds = 0
         self.held: dict[str, HeldLease] = {}
-        #: Lease keys this worker will not take until the given loop time.
-        self.excluded: dict[str, float] = {}
-        self.taking_enabled = True
-        self._reported_corrupt: set[str] = set()
-        self.last_scan: tuple[Lease, ...] = ()
+        #: The taking rounds (scan, plan, take, steal) that feed ``held``.
+        self.taking = LeaseTaking(
+            self,
+            taker=taker,
+            interval=taker_interval,
+            max_leases_for_worker=max_leases_for_worker,
+            max_leases_to_steal=max_leases_to_steal,
+            rng=rng,
+            graceful_handoff=graceful_handoff,
+            worker_timeout=worker_timeout if worker_timeout is not None else failover_time,
+        )
         # Create the worker's series now, so a scrape shows zeros rather than nothing.
         for family in (
             metrics.renewals,
@@ -126,12 +94,17 @@ class LeaseCoordinator:
             metrics.released,
         ):
             family.labels(*self.labels)
-        self._update_gauge()
+        self.update_gauge()
+
+    @property
+    def rounds(self) -> int:
+        """Taking rounds completed."""
+        return self.taking.rounds
 
     def now(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
 
-    def _update_gauge(self) -> None:
+    def update_gauge(self) -> None:
         self.metrics.leases_held.labels(*self.labels).set(len(self.held))
 
     # -- losing, releasing -----------------------------------------------------------------
@@ -139,18 +112,26 @@ class LeaseCoordinator:
     def _lose(self, held: HeldLease, reason: str) -> None:
         if held.lost:
             return
-        held.lost = True
+        held.apply(Event.LOSE)
         if self.held.get(held.key) is held:
             del self.held[held.key]
         self.metrics.leases_lost.labels(*self.labels).inc()
-        self._update_gauge()
+        self.update_gauge()
         log.warning("worker %s lost lease %s: %s", self.worker_id, held.key, reason)
         self.listener.lease_lost(held, reason)
 
     def _check_stale(self, held: HeldLease) -> None:
         """Stop treating a lease as held once it has gone unrenewed for the failover time."""
-        if self.now() - held.renewed_at > self.failover_time:
+        if not held.lost and is_stale(held.renewed_at, self.now(), self.failover_time):
             self._lose(held, f"not renewed for more than {self.failover_time}s")
+
+    def ensure_held(self, held: HeldLease) -> None:
+        """Raise ``LeaseLostError`` unless ``held`` is still ours and renewed within the
+        failover time (checked before each batch is delivered: after a stall another worker
+        may own the lease by now)."""
+        self._check_stale(held)
+        if held.lost:
+            raise LeaseLostError(held.key, "not renewed within the failover time")
 
     async def release(self, key: str) -> bool:
         """Let a lease go: finish the handoff if one is under way from us, otherwise remove our
@@ -161,11 +142,12 @@ class LeaseCoordinator:
         async with held.lock:
             if held.lost:
                 return False
-            held.lost = True  # no more writes through this handle, whatever happens next
+            # No more writes through this handle, whatever happens next.
+            outgoing = held.apply(Event.RELEASE) is HeldState.OUTGOING
             self.held.pop(key, None)
-            self._update_gauge()
+            self.update_gauge()
             try:
-                if held.state is HeldState.OUTGOING:
+                if outgoing:
                     done = await self.store.finish_handoff(held.lease)
                 else:
                     done = await self.store.release_lease(held.lease)
@@ -174,7 +156,7 @@ class LeaseCoordinator:
                 return False
         if done is not None:
             self.metrics.released.labels(*self.labels).inc()
-            verb = "handed over" if held.state is HeldState.OUTGOING else "released"
+            verb = "handed over" if outgoing else "released"
             log.info("worker %s %s lease %s", self.worker_id, verb, key)
         return done is not None
 
@@ -195,26 +177,29 @@ class LeaseCoordinator:
                 return
             if held.state is HeldState.OUTGOING:
                 # Not ours to renew; the new owner does. We only have until the handoff timeout.
-                if self.now() - held.since > self.handoff_timeout:
+                if outgoing_timed_out(held.since, self.now(), self.handoff_timeout):
                     self._lose(held, "the handoff was not finished in time")
                 return
             sent = self.now()
+            verdict: Verdict | None = None
             try:
                 renewed = await self.store.renew_lease(held.lease)
-                confirmed = renewed is not None
                 if renewed is None:
                     current = await self.store.get_lease(held.key)
-                    if (
-                        current is not None
-                        and held.state is HeldState.INCOMING
-                        and current.checkpoint_owner == self.worker_id
-                        and current.owner != self.worker_id
-                    ):
-                        # Handed back before we noticed we had it: we never read from it, so
+                    verdict = explain_failed_write(
+                        me=self.worker_id,
+                        state=held.state,
+                        held=held.lease,
+                        current=current,
+                        write=FailedWrite.renewal(),
+                    )
+                    if verdict is Verdict.PASS_ON:
+                        # Handed on before we noticed we had it: we never read from it, so
                         # there is nothing to drain; complete the new handoff at once.
+                        assert current is not None
                         await self._pass_on_unstarted(held, current)
                         return
-                    renewed = self._reconcile_renewal(held, current)
+                    renewed = self._apply_verdict(held, current, verdict, "renewal")
             except (AdapterError, CorruptLeaseError) as exc:
                 reason = "throttled" if isinstance(exc, ThrottledError) else "error"
                 self.metrics.renewal_failures.labels(*self.labels, reason).inc()
@@ -222,45 +207,37 @@ class LeaseCoordinator:
                 self._check_stale(held)
                 return
             if renewed is None:
-                return  # lost, or now being handed away: handled by _reconcile_renewal
+                return  # lost, or now being handed away: handled by _apply_verdict
             held.lease = renewed
-            if confirmed:
-                # Only a write sent now renews the lease now. After a reconciled failure the
-                # write that counted was an earlier attempt, sent before ``sent``; crediting
-                # ``sent`` would let this worker outlive the expiry others compute (found by
-                # the simulation: 50 workers x 500 shards, seed 7). The next renewal refreshes.
+            # After a reconciled failure the write that counted was sent before ``sent``
+            # (found by the simulation: 50 workers x 500 shards, seed 7).
+            if credits_renewal(verdict, FailedWrite.renewal()):
                 held.renewed_at = sent
             self.metrics.renewals.labels(*self.labels).inc()
         await self._after_renewal(held)
 
-    def _reconcile_renewal(self, held: HeldLease, current: Lease | None) -> Lease | None:
-        """Explain a failed renewal condition from a fresh read of the lease."""
-        me = self.worker_id
-        if current is not None and current.owner == me:
-            if current.counter == held.lease.counter + 1:
-                return current  # our own earlier attempt went through (a retried request)
-            if held.state is HeldState.INCOMING and current.checkpoint_owner in (
-                None,
-                held.lease.checkpoint_owner,
-            ):
-                return current  # the old owner finished (or checkpointed) the handoff
-        if (
-            current is not None
-            and current.checkpoint_owner == me
-            and current.owner != me
-            and held.state is HeldState.ACTIVE
-        ):
+    def _apply_verdict(
+        self, held: HeldLease, current: Lease | None, verdict: Verdict, what: str
+    ) -> Lease | None:
+        """Do what ``explain_failed_write`` decided. Returns the lease to adopt, or None."""
+        if verdict in (Verdict.OURS, Verdict.HANDOFF_PROGRESS):
+            return current
+        if verdict is Verdict.HANDOFF_STARTED:
+            assert current is not None
             self._start_outgoing(held, current)
             return None
-        self.metrics.renewal_failures.labels(*self.labels, "lost").inc()
-        self._lose(held, "another worker changed the lease (counter or owner)")
+        if what == "renewal":
+            self.metrics.renewal_failures.labels(*self.labels, "lost").inc()
+            self._lose(held, "another worker changed the lease (counter or owner)")
+        else:
+            self._lose(held, f"{what} rejected: another worker changed the lease")
         return None
 
     async def _pass_on_unstarted(self, held: HeldLease, current: Lease) -> None:
-        held.lost = True
+        held.apply(Event.RELEASE)
         if self.held.get(held.key) is held:
             del self.held[held.key]
-        self._update_gauge()
+        self.update_gauge()
         done = await self.store.finish_handoff(current)
         log.info(
             "worker %s passed lease %s on to %s before starting it (%s)",
@@ -271,7 +248,7 @@ class LeaseCoordinator:
         )
 
     def _start_outgoing(self, held: HeldLease, current: Lease) -> None:
-        held.state = HeldState.OUTGOING
+        held.apply(Event.HANDOFF_AWAY)
         held.since = self.now()
         held.lease = current
         log.info("worker %s hands lease %s over to %s", self.worker_id, held.key, current.owner)
@@ -280,34 +257,30 @@ class LeaseCoordinator:
     async def _after_renewal(self, held: HeldLease) -> None:
         lease = held.lease
         if held.state is HeldState.INCOMING:
-            waited = self.now() - held.since
-            if lease.checkpoint_owner is None:
+            step = incoming_step(
+                lease,
+                since=held.since,
+                now=self.now(),
+                handoff_timeout=self.handoff_timeout,
+                old_owner_live=lease.checkpoint_owner in self.taking.live_workers,
+                worker_failover=self.taking.workers.failover_time,
+            )
+            if step is IncomingStep.ACTIVATE:
                 self._activate(held, "the old owner finished the handoff")
-            elif waited > self.handoff_timeout or (
-                # The old owner stopped heartbeating: it will never finish; do not wait for
-                # the handoff timeout.
-                lease.checkpoint_owner not in self.live_workers
-                and waited > self.workers.failover_time
-            ):
+            elif step is IncomingStep.FORCE:
                 await self._force_handoff(held)
             return
         if held.release_requested:
             return
-        if lease.sticky_mode is StickyMode.RELEASE:
-            why = "Sticky=20"
-        elif lease.sticky_mode is StickyMode.PINNED and lease.sticky_worker not in (
-            None,
-            self.worker_id,
-        ):
-            why = f"pinned to {lease.sticky_worker}"
-        else:
+        why = release_reason(lease, self.worker_id)
+        if why is None:
             return
         held.release_requested = True
         log.info("lease %s: %s; finishing its batch and releasing it", held.key, why)
         self.listener.lease_stop_requested(held, why)
 
     def _activate(self, held: HeldLease, why: str) -> None:
-        held.state = HeldState.ACTIVE
+        held.apply(Event.HANDOFF_DONE)
         log.info("worker %s starts lease %s: %s", self.worker_id, held.key, why)
         self.listener.lease_acquired(held)
 
@@ -355,28 +328,29 @@ class LeaseCoordinator:
             self._check_stale(held)
             if held.lost:
                 raise LeaseLostError(key, "not renewed within the failover time")
-            sent = self.now()
-            written = await self.store.checkpoint(held.lease, checkpoint, pending)
-            if written is None:
+            written: Lease | None = None
+            for attempt in (1, 2):
+                sent = self.now()
+                written = await self.store.checkpoint(held.lease, checkpoint, pending)
+                if written is not None:
+                    break
                 current = await self.store.get_lease(key)
-                expected = held.lease.checkpoint if pending is not None else checkpoint
-                if (
-                    current is not None
-                    and current.owner == self.worker_id
-                    and current.counter == held.lease.counter + 1
-                    and current.checkpoint == expected
-                ):
-                    written = current  # our own retried request went through
-                elif (
-                    current is not None
-                    and current.checkpoint_owner == self.worker_id
-                    and current.owner != self.worker_id
-                ):
+                verdict = explain_failed_write(
+                    me=self.worker_id,
+                    state=held.state,
+                    held=held.lease,
+                    current=current,
+                    write=FailedWrite.of_checkpoint(held.lease, checkpoint, pending),
+                )
+                if verdict is Verdict.RETRY and attempt == 1 and current is not None:
+                    held.lease = current  # a renewal of ours went through first
+                    continue
+                written = self._apply_verdict(held, current, verdict, "checkpoint")
+                if verdict is Verdict.HANDOFF_STARTED:
                     # A handoff began under us: checkpoint as the old owner, then let go.
-                    self._start_outgoing(held, current)
                     return await self._checkpoint_outgoing(held, checkpoint, pending)
+                break
             if written is None:
-                self._lose(held, "checkpoint rejected: another worker changed the lease")
                 raise LeaseLostError(key, "the checkpoint was rejected by the lease table")
             held.lease = written
             held.renewed_at = sent
@@ -385,7 +359,7 @@ class LeaseCoordinator:
     async def _checkpoint_outgoing(
         self, held: HeldLease, checkpoint: Checkpoint, pending: Checkpoint | None
     ) -> Lease:
-        if self.now() - held.since > self.handoff_timeout:
+        if outgoing_timed_out(held.since, self.now(), self.handoff_timeout):
             self._lose(held, "the handoff was not finished in time")
             raise LeaseLostError(held.key, "the handoff timed out")
         written = await self.store.checkpoint(held.lease, checkpoint, pending)
@@ -395,130 +369,42 @@ class LeaseCoordinator:
         held.lease = written
         return written
 
-    # -- taking ----------------------------------------------------------------------------
-
-    def _report_corrupt(self, corrupt: tuple[CorruptLeaseError, ...]) -> None:
-        self.metrics.corrupt_leases.labels(*self.labels).set(len(corrupt))
-        keys = {exc.lease_key for exc in corrupt}
-        for exc in corrupt:
-            if exc.lease_key not in self._reported_corrupt:
-                log.error("%s; this lease is skipped until it is repaired", exc)
-        self._reported_corrupt = keys
-
-    def _report_sticky(self, leases: tuple[Lease, ...]) -> None:
-        for lease in leases:
-            if lease.sticky is not None and lease.sticky_mode is None:
-                if lease.key not in self._reported_sticky:
-                    self._reported_sticky.add(lease.key)
-                    log.warning(
-                        "lease %s has an unknown Sticky value (%s); treating it as normal "
-                        "(use -1/0 normal, 10 pinned, 20 release)",
-                        lease.key,
-                        lease.sticky,
-                    )
-            else:
-                self._reported_sticky.discard(lease.key)
-
-    async def take_round(self) -> TakePlan:
-        """Scan the table once, plan and apply takes. Returns what was actually acquired."""
-        scan = await self.store.list_leases()
-        now = self.now()
-        self._report_corrupt(scan.corrupt)
-        self._report_sticky(scan.leases)
-        self.last_scan = scan.leases
-        self.expiry.observe(scan.leases, now)
-        self.workers.observe(
-            (Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat) for w in scan.workers),
-            now,
-        )
-        self.live_workers = frozenset(
-            w.worker_id
-            for w in scan.workers
-            if not self.workers.is_expired(
-                Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat), now
-            )
-        ) | {self.worker_id}
-        if not self.taking_enabled:
-            return TakePlan()
-        for key, until in list(self.excluded.items()):
-            if until <= now:
-                del self.excluded[key]
-        candidates: list[Lease] = []
-        # Leases recorded under our id that we do not hold (a restart with a fixed worker id):
-        # take them back through the counter condition like any other lease.
-        for lease in scan.leases:
-            if lease.key in self.excluded:
-                continue
-            if lease.owner == self.worker_id and lease.key not in self.held:
-                candidates.append(attrs.evolve(lease, owner=None))
-            else:
-                candidates.append(lease)
-        view = TakeView(
-            worker_id=self.worker_id,
-            leases=candidates,
-            now=now,
-            expiry=self.expiry,
-            max_leases_for_worker=self.max_leases_for_worker,
-            max_leases_to_steal=self.max_leases_to_steal,
-            live_workers=self.live_workers,
-        )
-        plan = self.taker.plan(view, self.rng)
-        by_key = {lease.key: lease for lease in scan.leases}
-        take = [by_key[lease.key] for lease in plan.take]
-        steal = [by_key[lease.key] for lease in plan.steal]
-        results = await asyncio.gather(
-            *(self._take(lease, stolen=False) for lease in take),
-            *(self._steal(lease) for lease in steal),
-        )
-        taken = tuple(lease for lease in results[: len(take)] if lease is not None)
-        stolen = tuple(lease for lease in results[len(take) :] if lease is not None)
-        return TakePlan(take=taken, steal=stolen)
-
-    async def _take(self, lease: Lease, *, stolen: bool) -> Lease | None:
-        if lease.key in self.held:
-            return None
-        sent = self.now()
-        try:
-            taken = await self.store.take_lease(lease, self.worker_id)
-        except (AdapterError, CorruptLeaseError) as exc:
-            log.info("taking %s failed: %s", lease.key, exc)
-            return None
-        if taken is None:
-            return None  # someone else was faster; normal
-        held = HeldLease(lease=taken, renewed_at=sent)
-        self.held[taken.key] = held
-        (self.metrics.steals if stolen else self.metrics.takes).labels(*self.labels).inc()
-        self._update_gauge()
-        log.info(
-            "worker %s %s lease %s%s",
-            self.worker_id,
-            "stole" if stolen else "took",
-            taken.key,
-            f" from {lease.owner}" if stolen and lease.owner else "",
-        )
-        self.listener.lease_acquired(held)
-        return taken
-
-    async def _steal(self, lease: Lease) -> Lease | None:
-        """A planned move. With graceful handoff the old owner finishes and checkpoints first."""
-        if not self.graceful_handoff or lease.owner is None:
-            return await self._take(lease, stolen=True)
-        if lease.key in self.held:
-            return None
-        sent = self.now()
-        try:
-            started = await self.store.start_handoff(lease, self.worker_id)
-        except (AdapterError, CorruptLeaseError) as exc:
-            log.info("starting the handoff of %s failed: %s", lease.key, exc)
-            return None
-        if started is None:
-            return None
-        held = HeldLease(lease=started, renewed_at=sent, state=HeldState.INCOMING, since=sent)
-        self.held[started.key] = held
-        self.metrics.steals.labels(*self.labels).inc()
-        self._update_gauge()
-        log.info("worker %s asked %s to hand over lease %s", self.worker_id, lease.owner, lease.key)
-        return started
+    async def write_child_shard_ids(self, key: str, child_ids: frozenset[str]) -> bool:
+        """Record a finished lease's children, fenced like a checkpoint and under the lease's
+        lock so it never races a renewal. False if the lease changed (the leader's shard sync
+        writes them later)."""
+        held = self.held.get(key)
+        if held is None:
+            return False
+        async with held.lock:
+            if held.lost:
+                return False
+            written: Lease | None = None
+            for attempt in (1, 2):
+                sent = self.now()
+                written = await self.store.update_child_shard_ids(held.lease, child_ids)
+                if written is not None:
+                    break
+                current = await self.store.get_lease(key)
+                verdict = explain_failed_write(
+                    me=self.worker_id,
+                    state=held.state,
+                    held=held.lease,
+                    current=current,
+                    write=FailedWrite.of_child_shard_ids(child_ids),
+                )
+                if verdict is Verdict.RETRY and attempt == 1 and current is not None:
+                    held.lease = current  # a renewal of ours went through first
+                    continue
+                # Not being able to write them loses nothing: the lease is finished anyway.
+                written = current if verdict is Verdict.OURS else None
+                break
+            if written is None:
+                log.warning("could not write childShardIds of %s: the lease changed", key)
+                return False
+            held.lease = written
+            held.renewed_at = sent
+            return True
 
     # -- loops -----------------------------------------------------------------------------
 
@@ -527,25 +413,3 @@ class LeaseCoordinator:
             started = self.now()
             await asyncio.gather(self.renew_all(), self.heartbeat())
             await asyncio.sleep(max(0.0, self.renewer_interval - (self.now() - started)))
-
-    async def taker_loop(self, wake: asyncio.Event | None = None, first_delay: float = 0.0) -> None:
-        """Take rounds forever. ``first_delay``: register in the worker registry and wait this
-        long before the first round, so that workers started together see each other and the
-        first round already spreads the leases evenly."""
-        if first_delay > 0:
-            await self.heartbeat()
-            await asyncio.sleep(first_delay)
-        while True:
-            started = self.now()
-            try:
-                await self.take_round()
-            except AdapterError as exc:
-                log.warning("lease taking round failed: %s", exc)
-            self.rounds += 1
-            delay = max(0.0, self.taker_interval - (self.now() - started))
-            if wake is None:
-                await asyncio.sleep(delay)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), delay)
-                wake.clear()

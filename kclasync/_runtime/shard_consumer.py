@@ -2,8 +2,8 @@
 
 Owns: reading a shard from its checkpoint (iterator handling, idle and throttling backoff, expired
 iterator recovery), backpressure towards the fetcher, calling the processor with retries, and the
-shard-end and shutdown hand-offs. The supervisor (``Consumer``) cancels the pipeline the moment the
-lease is lost.
+shard-end and shutdown hand-offs. The supervisor (``shard_supervisor``) cancels the pipeline the
+moment the lease is lost.
 Must not: decide lease ownership, or read any clock but the event loop's.
 """
 
@@ -256,9 +256,7 @@ class ShardConsumer:
         # After a stall (a long GC pause, a blocked loop) batches may be queued for a lease this
         # worker has not renewed within the failover time; another worker may own it by now, so
         # none of them may start (found by the simulation: seed 1, see docs/simulation.md).
-        self.coordinator._check_stale(self.held)
-        if self.held.lost:
-            raise LeaseLostError(self.held.key, "not renewed within the failover time")
+        self.coordinator.ensure_held(self.held)
         records = batch.records
         last = records[-1]
         self.checkpointer.last_delivered_position = Checkpoint(

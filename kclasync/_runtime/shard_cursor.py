@@ -21,9 +21,8 @@ from kclasync._adapters.protocols import (
     IteratorType,
     StartingPosition,
     StreamClient,
-    ThrottledError,
-    TransientError,
 )
+from kclasync.errors import ThrottledError, TransientError
 
 log = logging.getLogger("kclasync.shard")
 

@@ -4,7 +4,8 @@ See ``docs/simulation.md``. Entry points: ``run_simulation(SimulationSettings(..
 ``kclasync simulate`` command.
 """
 
-from kclasync._simulation.harness import SimulationSettings, run_simulation
+from kclasync._simulation.harness import run_simulation
 from kclasync._simulation.report import SimulationReport, format_report
+from kclasync._simulation.settings import SimulationSettings
 
 __all__ = ["SimulationReport", "SimulationSettings", "format_report", "run_simulation"]

@@ -57,8 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from kclasync._simulation.harness import SimulationSettings, run_simulation
+    from kclasync._simulation.harness import run_simulation
     from kclasync._simulation.report import format_report
+    from kclasync._simulation.settings import SimulationSettings
 
     try:
         faults = parse_faults(args.faults)

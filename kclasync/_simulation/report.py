@@ -1,20 +1,53 @@
 """The outcome of one simulation run, and its text rendering.
 
-Owns: ``SimulationReport`` (numbers only, comparable between runs of the same seed) and
-``format_report``. Must not: run anything.
+Owns: ``SimulationReport`` (numbers only, comparable between runs of the same seed),
+``format_report``, and ``FinishedRun`` (what a report is built from, which the harness's
+``Simulation`` provides). Must not: run anything or import the harness.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sized
+from typing import Protocol
 
 import attrs
 
-if TYPE_CHECKING:
-    from kclasync._simulation.harness import Simulation
+from kclasync._adapters.memory import FaultPlan, MemoryLeaseTable, MemoryStream
+from kclasync._simulation.invariants import InvariantChecker
+from kclasync._simulation.settings import SimulationSettings
+
+
+class FinishedRun(Protocol):
+    """The state of a finished simulation that its report is built from."""
+
+    @property
+    def settings(self) -> SimulationSettings: ...
+    @property
+    def checker(self) -> InvariantChecker: ...
+    @property
+    def table(self) -> MemoryLeaseTable: ...
+    @property
+    def stream(self) -> MemoryStream: ...
+    @property
+    def store_plan(self) -> FaultPlan: ...
+    @property
+    def stream_plan(self) -> FaultPlan: ...
+    @property
+    def workers(self) -> Sized: ...
+    @property
+    def events(self) -> Mapping[str, int]: ...
+    @property
+    def produced(self) -> int: ...
+    @property
+    def lease_samples(self) -> list[int]: ...
+    @property
+    def balanced_at(self) -> float | None: ...
+    @property
+    def faults_end(self) -> float: ...
+    @property
+    def taker_interval(self) -> float: ...
 
 
 @attrs.frozen
@@ -61,7 +94,7 @@ class SimulationReport:
     @classmethod
     def build(
         cls,
-        sim: Simulation,
+        sim: FinishedRun,
         *,
         start: float,
         end: float,
@@ -164,4 +197,4 @@ def format_report(report: SimulationReport) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["SimulationReport", "format_report"]
+__all__ = ["FinishedRun", "SimulationReport", "format_report"]

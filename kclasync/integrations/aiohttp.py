@@ -1,14 +1,29 @@
-"""Consumers in an aiohttp service, with a Prometheus endpoint.
+"""Consumers in an aiohttp service, with a Prometheus endpoint and health probes.
+
+    import os
 
     from aiohttp import web
-    from kclasync.integrations.aiohttp import add_metrics_route, consumer_context
 
+    from kclasync import Consumer
+    from kclasync.integrations.aiohttp import add_metrics_route, add_probe_routes, consumer_context
+
+
+    async def handle(records):
+        for record in records:
+            print(record.shard_id, record.sequence_number, len(record.data))
+
+
+    consumer = Consumer(stream_name="orders", application_name="billing", processor=handle)
     app = web.Application()
     app.cleanup_ctx.append(consumer_context(consumer))
-    add_metrics_route(app)                            # GET /metrics
+    add_metrics_route(app)  # GET /metrics
+    add_probe_routes(app, consumer)  # GET /livez, /readyz
 
-The consumer starts with the app and stops gracefully on shutdown (batches finish, processors
-checkpoint, leases are released for the other instances).
+    if __name__ == "__main__":
+        web.run_app(app, port=int(os.environ.get("PORT", "8080")))
+
+The consumer starts with the app and stops gracefully on shutdown, SIGTERM included (batches
+finish, processors checkpoint, leases are released for the other instances).
 """
 
 from __future__ import annotations
@@ -20,6 +35,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from kclasync._consumer import Consumer
+from kclasync.integrations.probes import liveness, readiness
 
 
 def consumer_context(
@@ -52,3 +68,20 @@ def add_metrics_route(
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app.router.add_get(path, metrics)
+
+
+def add_probe_routes(
+    app: web.Application, *consumers: Consumer, live: str = "/livez", ready: str = "/readyz"
+) -> None:
+    """Serve ``liveness`` and ``readiness`` of ``consumers`` (200 or 503, JSON bodies)."""
+
+    async def live_route(request: web.Request) -> web.Response:
+        status, body = liveness(*consumers)
+        return web.json_response(body, status=status)
+
+    async def ready_route(request: web.Request) -> web.Response:
+        status, body = readiness(*consumers)
+        return web.json_response(body, status=status)
+
+    app.router.add_get(live, live_route)
+    app.router.add_get(ready, ready_route)

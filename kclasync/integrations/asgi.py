@@ -1,20 +1,45 @@
 """Consumers in an ASGI service (FastAPI, Starlette, ...), without importing either.
 
     from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
     from prometheus_client import make_asgi_app
+
+    from kclasync import Consumer
     from kclasync.integrations.asgi import consumer_lifespan
+    from kclasync.integrations.probes import liveness, readiness
+
+
+    async def handle(records):
+        for record in records:
+            print(record.shard_id, record.sequence_number, len(record.data))
+
 
     consumer = Consumer(stream_name="orders", application_name="billing", processor=handle)
     app = FastAPI(lifespan=consumer_lifespan(consumer))
-    app.mount("/metrics", make_asgi_app())          # Prometheus scrapes kclasync_* here
+    app.mount("/metrics", make_asgi_app())  # Prometheus scrapes kclasync_* here
+
 
     @app.get("/healthz")
     def healthz():
         return consumer.health
 
-The consumers start with the app (start-up fails if one cannot start: a missing stream, bad
-credentials) and stop gracefully with it: batches finish, processors checkpoint, leases are
-released for the other instances of the service.
+
+    @app.get("/livez")
+    def livez():
+        status, body = liveness(consumer)
+        return JSONResponse(body, status_code=status)
+
+
+    @app.get("/readyz")
+    def readyz():
+        status, body = readiness(consumer)
+        return JSONResponse(body, status_code=status)
+
+Run it with ``uvicorn service:app``. The consumers start with the app (start-up fails if one
+cannot start: a missing stream, bad credentials) and stop gracefully with it, on SIGTERM too:
+batches finish, processors checkpoint, leases are released for the other instances of the
+service. ``consumer.health`` may be read from any thread: FastAPI runs plain ``def`` endpoints
+in a thread pool.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ by the library's normal path.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -21,8 +22,23 @@ from collections.abc import Iterator
 import attrs
 
 from kclasync._adapters.aws import ClientOptions
+from kclasync.errors import KclAsyncError
 
 REGION = "us-east-1"
+
+DEMO_EXTRA_HINT = "pip install 'kclasync[demo]'"
+
+
+class MissingExtraError(KclAsyncError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
+
+
+def require_moto(what: str = "kclasync.testing") -> None:
+    """Raise ``MissingExtraError`` unless moto (the AWS emulator) is importable."""
+    if importlib.util.find_spec("moto") is None:
+        raise MissingExtraError(
+            f"{what} needs the AWS emulator moto, which is not installed: {DEMO_EXTRA_HINT}"
+        )
 
 
 @attrs.frozen
@@ -66,21 +82,31 @@ def _wait_http(url: str, timeout: float) -> None:
 
 @contextlib.contextmanager
 def embedded_moto() -> Iterator[LocalAws]:
-    """moto's server in a thread of this process, on a free 127.0.0.1 port."""
+    """moto's server in a thread of this process, on a free 127.0.0.1 port. Its state (moto
+    keeps it per process) is emptied on exit."""
+    require_moto()
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
     try:
-        yield LocalAws(f"http://{host}:{port}")
+        yield LocalAws(url)
     finally:
+        # moto keeps its state in this process's memory, not in the server: empty it, so that
+        # the next embedded server starts from nothing (the demo creates fixed names).
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(
+                urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=10
+            ).close()
         server.stop()
 
 
 @contextlib.contextmanager
 def moto_process(timeout: float = 30.0) -> Iterator[LocalAws]:
     """moto's server in its own process (no GIL shared with the code under test)."""
+    require_moto()
     port = free_port()
     exe = shutil.which("moto_server", path=os.path.dirname(sys.executable))
     cmd = [exe] if exe else [sys.executable, "-m", "moto.server"]

@@ -71,3 +71,23 @@ def test_holder_stops_leading_before_any_observer_may_take_over() -> None:
         other.observe(lock, now)
         takes = other.decide(lock, now).action is LockAction.TAKE
         assert not (takes and holder.is_leader(now)), now
+
+
+def test_released_marker_follows_the_lock_client_and_reads_older_kclasync_items() -> None:
+    from kclasync._core.leader_lock import RELEASED_MARKER, is_released_marker
+
+    assert not is_released_marker(None)  # the lock client writes no marker while held
+    assert is_released_marker(RELEASED_MARKER)  # the lock client's release without delete
+    assert is_released_marker("anything")  # the lock client only tests for presence
+    assert is_released_marker(True)  # earlier kclasync release
+    assert not is_released_marker(False)  # earlier kclasync wrote false on every held lock
+
+
+def test_a_lock_deleted_by_its_holder_is_created_by_the_next_reader() -> None:
+    # The KCL 3.x leader deletes the item on a graceful release.
+    state = LeaderLockState("a")
+    held_by_java = item("java-1", "uuid-1", duration=120.0)
+    state.observe(held_by_java, 0.0)
+    assert state.decide(held_by_java, 100.0).action is LockAction.WAIT  # 120 s is honoured
+    state.observe(None, 101.0)
+    assert state.decide(None, 101.0).action is LockAction.CREATE

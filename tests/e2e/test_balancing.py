@@ -188,7 +188,7 @@ async def test_unowned_pinned_lease_is_assigned(moto: LocalAws, unique_name: str
         setup = aws.consumer(tally.handler("setup"))
         setup._store, setup._stream_client = aws.store, aws.stream
         await aws.store.ensure_table()
-        await setup.sync_shards()
+        await setup._sync_shards()
         keys = sorted(lease.key for lease in (await aws.store.list_leases()).leases)
         await aws.store.set_sticky(keys[0], 10)
         a = aws.consumer(tally.handler("a"), worker_id="a")
@@ -286,7 +286,7 @@ async def test_unknown_sticky_values_are_logged_once_and_treated_as_normal(
         setup = aws.consumer(tally.handler("setup"))
         setup._store, setup._stream_client = aws.store, aws.stream
         await aws.store.ensure_table()
-        await setup.sync_shards()
+        await setup._sync_shards()
         keys = sorted(lease.key for lease in (await aws.store.list_leases()).leases)
         await aws.store.set_sticky(keys[0], 7)
         await aws.dynamodb.update_item(

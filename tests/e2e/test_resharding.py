@@ -267,7 +267,7 @@ async def test_split_and_merge_under_load(kinesis: LocalAws, unique_name: str) -
                 lambda: lease_keys_are(aws, open_shards), 20, "finished leases to be deleted"
             )
             leaders = [w.worker_id for w in workers if w.is_leader]
-            deleted = sum(w.leases_deleted for w in workers)
+            deleted = sum(w._counters["leases_deleted"] for w in workers)
         shards = await aws.stream.list_shards(aws.name)
         assert ledger.order_violations(shards) == []
         assert set(ledger.written) == ledger.delivered
@@ -321,7 +321,9 @@ async def test_leader_killed_during_reshard(kinesis: LocalAws, unique_name: str)
                 lambda: any(c.is_leader for c in survivors.values()), 15, "a new leader"
             )
             (new_leader,) = [c for c in survivors.values() if c.is_leader]
-            await wait_until(lambda: new_leader.leader_shard_syncs >= 1, 10, "its shard sync")
+            await wait_until(
+                lambda: new_leader._counters["leader_shard_syncs"] >= 1, 10, "its shard sync"
+            )
             await wait_until(lambda: len(ledger.written) >= 1800, 30, "more records")
             await producer.stop()
             await wait_until(lambda: set(ledger.written) <= ledger.delivered, 40, "every record")
@@ -462,7 +464,7 @@ async def test_multi_stream_keys_and_removed_stream(kinesis: LocalAws, unique_na
             )
             await producers[0].write(100)
             await wait_until(lambda: set(ledger.written) <= ledger.delivered, 20, "stream a")
-        assert c.stream_leases_dropped == 2
+        assert c._counters["stream_leases_dropped"] == 2
 
 
 async def _only_stream(aws: Aws, name: str) -> bool:

@@ -8,7 +8,6 @@ import asyncio
 import random
 from collections.abc import Sequence
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
@@ -20,9 +19,8 @@ from kclasync._adapters.memory import (
     OpFaults,
 )
 from kclasync._records import Record
+from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
-
-pytestmark = pytest.mark.asyncio
 
 STREAM = "s"
 
@@ -76,6 +74,7 @@ class Seen:
             self.per_shard.setdefault(r.shard_id, []).append(int(r.sequence_number))
 
 
+@in_virtual_time
 async def test_throttled_get_records_backs_off_and_loses_nothing() -> None:
     faults = FaultPlan(random.Random(7), operations={"get_records": OpFaults(throttle=0.5)})
     client = MemoryStreamClient(faults=faults)
@@ -93,6 +92,7 @@ async def test_throttled_get_records_backs_off_and_loses_nothing() -> None:
     assert throttles == faults.injected["get_records:throttled"]
 
 
+@in_virtual_time
 async def test_expired_iterator_resumes_after_the_last_record_fetched() -> None:
     # A slow processor fills the queue; the blocked fetcher's iterator expires meanwhile.
     client = MemoryStreamClient(iterator_ttl=0.05)
@@ -113,6 +113,7 @@ async def test_expired_iterator_resumes_after_the_last_record_fetched() -> None:
     assert sequences == sorted(sequences)
 
 
+@in_virtual_time
 async def test_renewals_with_unknown_outcome_keep_the_lease() -> None:
     # Half the renewals are applied but answered with an error, like a timeout after the write.
     faults = FaultPlan(
@@ -136,6 +137,7 @@ async def test_renewals_with_unknown_outcome_keep_the_lease() -> None:
     assert lost == 0
 
 
+@in_virtual_time
 async def test_unreachable_table_drops_the_lease_after_failover_then_recovers() -> None:
     faults = FaultPlan(random.Random(1))
     client = MemoryStreamClient()
@@ -176,8 +178,9 @@ async def test_unreachable_table_drops_the_lease_after_failover_then_recovers() 
         await wait_until(lambda: len(c.held_leases) == 1, 5, "the lease back after the outage")
 
 
+@in_virtual_time
 async def test_transient_errors_at_start_are_retried() -> None:
-    from kclasync._adapters.protocols import TransientError
+    from kclasync.errors import TransientError
 
     class FlakyAtStart(MemoryLeaseStore):
         failures = 2

@@ -54,8 +54,8 @@ async def test_planned_move_drains_checkpoints_and_finishes() -> None:
     a_events, b_events = Events(), Events()
     a, b = coordinator("a", table, a_events), coordinator("b", table, b_events)
     await a.store.create_lease(Lease(key="L"))
-    assert await a._take(table.leases["L"], stolen=False) is not None
-    assert await b._steal(table.leases["L"]) is not None
+    assert await a.taking._take(table.leases["L"], stolen=False) is not None
+    assert await b.taking._steal(table.leases["L"]) is not None
     assert b.held["L"].state is HeldState.INCOMING and b_events.log == []
     await a.renew_all()  # a notices: drain instead of being cut off
     assert a.held["L"].state is HeldState.OUTGOING and a_events.log == [
@@ -81,12 +81,12 @@ async def test_lease_handed_back_before_it_was_started_is_passed_on_at_once() ->
     a_events, b_events = Events(), Events()
     a, b = coordinator("a", table, a_events), coordinator("b", table, b_events)
     await a.store.create_lease(Lease(key="L"))
-    await a._take(table.leases["L"], stolen=False)
-    await b._steal(table.leases["L"])
+    await a.taking._take(table.leases["L"], stolen=False)
+    await b.taking._steal(table.leases["L"])
     await a.renew_all()
     assert await a.release("L")  # a finished the handoff to b ...
     assert b.held["L"].state is HeldState.INCOMING  # ... which b has not noticed yet
-    assert await a._steal(table.leases["L"]) is not None  # and a asks for it back
+    assert await a.taking._steal(table.leases["L"]) is not None  # and a asks for it back
     await b.renew_all()
     assert "L" not in b.held
     assert ("lost", "L") not in b_events.log and ("acquired", "L") not in b_events.log
@@ -100,7 +100,7 @@ async def test_reconciled_renewal_is_not_credited_at_the_retry_time() -> None:
     # was lost, then reconciled on the next attempt, must not count as renewed at that later
     # attempt's time; the write that counted was sent earlier, and other workers' expiry clocks
     # started from it.
-    from kclasync._adapters.protocols import TransientError
+    from kclasync.errors import TransientError
 
     class LostReply(MemoryLeaseStore):
         lose_next = False
@@ -133,7 +133,7 @@ async def test_reconciled_renewal_is_not_credited_at_the_retry_time() -> None:
         clock=lambda: now[0],
     )
     await store.create_lease(Lease(key="L"))
-    await c._take(table.leases["L"], stolen=False)
+    await c.taking._take(table.leases["L"], stolen=False)
     now[0] = 3.0
     store.lose_next = True
     await c.renew_all()  # applied, but we did not hear back

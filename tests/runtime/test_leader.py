@@ -15,9 +15,8 @@ from kclasync._core.lease import Lease
 from kclasync._core.position import SHARD_END
 from kclasync._runtime.leader import LeaderElector
 from kclasync.testing.emulators import LocalAws
+from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
-
-pytestmark = pytest.mark.asyncio
 
 
 class Clock:
@@ -63,11 +62,13 @@ async def election(store_a: CoordinatorStateStore, store_b: CoordinatorStateStor
     assert await a.step() is True
 
 
+@pytest.mark.asyncio
 async def test_election_in_memory() -> None:
     state = MemoryCoordinatorState()
     await election(state, state.shared())
 
 
+@pytest.mark.asyncio
 async def test_election_on_dynamodb(moto: LocalAws, unique_name: str) -> None:
     options = moto.client_options()
     async with options.create_client("dynamodb") as ddb:
@@ -79,6 +80,7 @@ async def test_election_on_dynamodb(moto: LocalAws, unique_name: str) -> None:
         assert lock is not None and lock.owner == "a" and lock.lease_duration == 10.0
 
 
+@in_virtual_time
 async def test_elector_loop_takes_over_from_a_dead_leader() -> None:
     state = MemoryCoordinatorState()
     make = lambda name: LeaderElector(  # noqa: E731
@@ -137,10 +139,12 @@ async def child_ids_fenced(store: MemoryLeaseStore | DynamoLeaseStore) -> None:
     )
 
 
+@pytest.mark.asyncio
 async def test_child_shard_ids_in_memory() -> None:
     await child_ids_fenced(MemoryLeaseStore(MemoryLeaseTable()))
 
 
+@pytest.mark.asyncio
 async def test_child_shard_ids_on_dynamodb(moto: LocalAws, unique_name: str) -> None:
     async with moto.client_options().create_client("dynamodb") as ddb:
         await child_ids_fenced(DynamoLeaseStore(ddb, unique_name))

@@ -7,8 +7,9 @@ import random
 import pytest
 
 from kclasync._adapters.memory import FaultPlan, MemoryStreamClient, OpFaults
-from kclasync._adapters.protocols import IteratorType, StartingPosition, ThrottledError
+from kclasync._adapters.protocols import IteratorType, StartingPosition
 from kclasync._runtime.shard_cursor import ShardCursor
+from kclasync.errors import ThrottledError
 
 pytestmark = pytest.mark.asyncio
 

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import attrs
 import pytest
 
-from kclasync._runtime.lease_coordinator import LeaseCoordinator
+from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._simulation import SimulationSettings, format_report, run_simulation
 from kclasync._simulation.faults import ALL_FAULTS
+from kclasync.errors import LeaseLostError
 
 MODEST = SimulationSettings(workers=6, shards=20, hours=0.2, fault_rate=4.0, faults=ALL_FAULTS)
 
@@ -68,14 +69,16 @@ STALL_SEED = SimulationSettings(workers=8, shards=32, hours=0.5, seed=1, faults=
 @pytest.fixture
 def without_delivery_stale_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Take out the fix: the staleness check made before each batch is delivered."""
-    original = LeaseCoordinator._check_stale
+    original = LeaseCoordinator.ensure_held
 
-    def check(self: LeaseCoordinator, held: object) -> None:
+    def check(self: LeaseCoordinator, held: HeldLease) -> None:
         if sys._getframe(1).f_code.co_name == "_deliver":
+            if held.lost:
+                raise LeaseLostError(held.key)
             return
-        original(self, held)  # type: ignore[arg-type]
+        original(self, held)
 
-    monkeypatch.setattr(LeaseCoordinator, "_check_stale", check)
+    monkeypatch.setattr(LeaseCoordinator, "ensure_held", check)
     yield
 
 

@@ -84,3 +84,38 @@ async def test_asgi_lifespan_fails_start_up_for_a_missing_stream(
         with pytest.raises(StreamNotFoundError, match=unique_name):
             async with consumer_lifespan(consumer)(app=None):
                 pass
+
+
+async def test_readiness_and_liveness_part_ways(moto: LocalAws, unique_name: str) -> None:
+    """Draining (stop requested, no error): alive, not ready. A failed consumer: not alive.
+    Both read from a worker thread, as framework thread pools do."""
+    import asyncio
+
+    from kclasync.integrations.aiohttp import add_probe_routes
+
+    async def fail(records: object) -> None:
+        raise RuntimeError("boom")
+
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(1)
+        await aws.produce(5)
+        good = aws.consumer(Tally().handler("w"), worker_id="good")
+        bad = aws.consumer(fail, worker_id="bad", processor_retries=0)
+        app = web.Application()
+        app.cleanup_ctx.append(consumer_context(good))
+        add_probe_routes(app, good, live="/good/livez", ready="/good/readyz")
+        add_probe_routes(app, bad, live="/bad/livez", ready="/bad/readyz")
+        async with TestClient(TestServer(app)) as client:
+            assert (await client.get("/good/livez")).status == 200
+            assert (await client.get("/good/readyz")).status == 200
+            health = await asyncio.to_thread(lambda: good.health)
+            assert health["running"] is True and health["worker_id"] == "good"
+            await good.stop()
+            assert (await client.get("/good/livez")).status == 200
+            assert (await client.get("/good/readyz")).status == 503
+            with pytest.raises(Exception, match="processor failed"):
+                await bad.run()
+            live = await client.get("/bad/livez")
+            assert live.status == 503
+            (report,) = (await live.json())["consumers"]
+            assert "processor failed" in report["error"]

@@ -1,0 +1,307 @@
+"""The in-memory lease table and the ``LeaseStore`` over it.
+
+Owns: ``MemoryLeaseTable`` (the shared table state and its call counters) and ``MemoryLeaseStore``
+(its reads and conditional writes). Each write's condition comes from ``_core.lease_rules`` and is
+evaluated here by ``holds``; only the update a write applies is written in this module.
+Must not: decide a write's condition, read any clock but the loop's, or keep worker-registry
+entries (``worker_registry`` does).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import attrs
+
+from kclasync._adapters.memory.faults import FaultPlan, with_faults
+from kclasync._adapters.memory.worker_registry import MemoryWorkerRegistry, WorkerRegistryWrites
+from kclasync._adapters.protocols import (
+    LeaseScan,
+)
+from kclasync._core import lease_rules as rules
+from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.position import Checkpoint
+
+_T = TypeVar("_T")
+
+
+def holds(condition: rules.Condition, item: Mapping[rules.Attr, rules.Value] | None) -> bool:
+    """Whether a stored item (None: no item) meets a write condition, as DynamoDB judges it."""
+    found: Mapping[rules.Attr, rules.Value] = item or {}
+    if isinstance(condition, rules.All):
+        return all(holds(term, item) for term in condition.terms)
+    if isinstance(condition, rules.Exists):
+        return condition.attr in found
+    if isinstance(condition, rules.Missing):
+        return condition.attr not in found
+    return condition.attr in found and found[condition.attr] == condition.value
+
+
+def _allows(condition: rules.Condition, stored: Lease | None) -> bool:
+    return holds(condition, None if stored is None else rules.attributes(stored))
+
+
+class MemoryLeaseTable:
+    """The shared lease-table state: leases by key, unreadable items, and call counters.
+
+    Several ``MemoryLeaseStore`` instances (one per simulated worker) share one table. Counters
+    count calls that reached the table (not those failed by injected faults before the write);
+    a conditional write whose condition failed still counts as a write, as it costs a write in
+    DynamoDB, and is also counted in ``condition_failures``.
+    """
+
+    def __init__(self) -> None:
+        self.leases: dict[str, Lease] = {}
+        self.corrupt: dict[str, CorruptLeaseError] = {}
+        self.exists = False
+        self.reads: Counter[str] = Counter()
+        self.writes: Counter[str] = Counter()
+        self.condition_failures: Counter[str] = Counter()
+        #: Items returned by full scans (a scan costs capacity per item).
+        self.items_scanned = 0
+        #: The worker registry kept in the same table.
+        self.registry = MemoryWorkerRegistry()
+
+    @property
+    def workers(self) -> dict[str, int]:
+        """Worker registry entries: worker id -> heartbeat counter."""
+        return self.registry.heartbeats
+
+    def get(self, key: str) -> Lease | None:
+        """The stored lease (no counting, no faults): for assertions and reports."""
+        return self.leases.get(key)
+
+    def snapshot(self) -> dict[str, Lease]:
+        return dict(self.leases)
+
+
+class MemoryLeaseStore(WorkerRegistryWrites):
+    """``LeaseStore`` over a ``MemoryLeaseTable``, with the KCL's fenced conditional writes.
+
+    Each call is atomic: the condition (from ``_core.lease_rules``) is checked and the write
+    applied without yielding to the event loop. Injected latency is awaited before that point.
+    """
+
+    def __init__(self, table: MemoryLeaseTable, *, faults: FaultPlan | None = None) -> None:
+        self.table = table
+        self.faults = faults
+        #: Calls made through this store, by operation (per worker, like DynamoLeaseStore.calls).
+        self.calls: Counter[str] = Counter()
+
+    async def _read(self, op: str, apply: Callable[[], _T]) -> _T:
+        self.calls[op] += 1
+
+        def counted() -> _T:
+            self.table.reads[op] += 1
+            return apply()
+
+        return await with_faults(self.faults, op, counted)
+
+    async def _write(self, op: str, apply: Callable[[], _T]) -> _T:
+        self.calls[op] += 1
+
+        def counted() -> _T:
+            self.table.writes[op] += 1
+            result = apply()
+            if result is None or result is False:
+                self.table.condition_failures[op] += 1
+            return result
+
+        return await with_faults(self.faults, op, counted)
+
+    def _stored(self, key: str) -> Lease | None:
+        """The stored lease for a conditional write; an unreadable item raises, unchanged."""
+        bad = self.table.corrupt.get(key)
+        if bad is not None:
+            raise bad
+        return self.table.leases.get(key)
+
+    def _registry(self) -> MemoryWorkerRegistry:
+        return self.table.registry
+
+    def _store(self, lease: Lease) -> Lease:
+        self.table.leases[lease.key] = lease
+        return lease
+
+    # -- table and reads -------------------------------------------------------------------
+
+    async def ensure_table(self) -> None:
+        def apply() -> None:
+            self.table.exists = True
+
+        await self._read("ensure_table", apply)
+
+    async def is_empty(self) -> bool:
+        return await self._read(
+            "is_empty", lambda: not self.table.leases and not self.table.corrupt
+        )
+
+    async def list_leases(self) -> LeaseScan:
+        def apply() -> LeaseScan:
+            leases = tuple(self.table.leases[k] for k in sorted(self.table.leases))
+            corrupt = tuple(self.table.corrupt[k] for k in sorted(self.table.corrupt))
+            workers = self.table.registry.entries()
+            self.table.items_scanned += len(leases) + len(corrupt) + len(workers)
+            return LeaseScan(leases, corrupt, workers)
+
+        return await self._read("list_leases", apply)
+
+    async def get_lease(self, key: str) -> Lease | None:
+        return await self._read("get_lease", lambda: self._stored(key))
+
+    # -- conditional writes ----------------------------------------------------------------
+
+    async def create_lease(self, lease: Lease) -> bool:
+        def apply() -> bool:
+            stored = self.table.leases.get(lease.key)
+            if lease.key in self.table.corrupt:  # unreadable, but the item (and its key) exists
+                item: dict[rules.Attr, rules.Value] | None = {rules.Attr.KEY: lease.key}
+            else:
+                item = None if stored is None else rules.attributes(stored)
+            if not holds(rules.create(), item):
+                return False
+            self._store(lease)
+            return True
+
+        return await self._write("create_lease", apply)
+
+    async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
+        def apply() -> Lease | None:
+            stored = self._stored(lease.key)
+            if stored is None or not _allows(rules.renew(lease), stored):
+                return None
+            throughput = stored.throughput_kbps if throughput_kbps is None else throughput_kbps
+            return self._store(
+                attrs.evolve(stored, counter=stored.counter + 1, throughput_kbps=throughput)
+            )
+
+        return await self._write("renew_lease", apply)
+
+    async def take_lease(self, lease: Lease, owner: str) -> Lease | None:
+        def apply() -> Lease | None:
+            stored = self._stored(lease.key)
+            if stored is None or not _allows(rules.take(lease), stored):
+                return None
+            return self._store(
+                attrs.evolve(
+                    stored,
+                    counter=stored.counter + 1,
+                    owner=owner,
+                    owner_switches_since_checkpoint=stored.owner_switches_since_checkpoint + 1,
+                    checkpoint_owner=None,
+                )
+            )
+
+        return await self._write("take_lease", apply)
+
+    async def release_lease(self, lease: Lease) -> Lease | None:
+        def apply() -> Lease | None:
+            stored = self._stored(lease.key)
+            if stored is None or not _allows(rules.release(lease), stored):
+                return None
+            return self._store(attrs.evolve(stored, owner=None, counter=stored.counter + 1))
+
+        return await self._write("release_lease", apply)
+
+    async def checkpoint(
+        self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
+    ) -> Lease | None:
+        """Fenced checkpoint write; ``lease_rules.checkpoint`` picks the fencing mode (see
+        ``LeaseStore.checkpoint``). With ``pending`` set only the pending checkpoint is written."""
+        rule = rules.checkpoint(lease)
+
+        def apply() -> Lease | None:
+            stored = self._stored(lease.key)
+            if stored is None or not _allows(rule.condition, stored):
+                return None
+            counter = stored.counter + 1 if rule.increments_counter else stored.counter
+            if pending is not None:
+                updated = attrs.evolve(stored, counter=counter, pending_checkpoint=pending)
+            else:
+                updated = attrs.evolve(
+                    stored,
+                    counter=counter,
+                    checkpoint=checkpoint,
+                    pending_checkpoint=None,
+                    owner_switches_since_checkpoint=0,
+                )
+            return self._store(updated)
+
+        return await self._write("checkpoint", apply)
+
+    async def delete_lease(self, lease: Lease) -> bool:
+        def apply() -> bool:
+            stored = self._stored(lease.key)
+            if stored is None or not _allows(rules.delete(lease), stored):
+                return False
+            del self.table.leases[lease.key]
+            return True
+
+        return await self._write("delete_lease", apply)
+
+    async def update_child_shard_ids(
+        self, lease: Lease, child_shard_ids: frozenset[str]
+    ) -> Lease | None:
+        """Conditional on counter and owner (None: no owner); see ``lease_rules``."""
+        if not child_shard_ids:
+            raise ValueError("childShardIds must not be empty (DynamoDB has no empty sets)")
+
+        def apply() -> Lease | None:
+            stored = self._stored(lease.key)
+            if stored is None or not _allows(rules.update_child_shard_ids(lease), stored):
+                return None
+            return self._store(
+                attrs.evolve(
+                    stored, counter=stored.counter + 1, child_shard_ids=frozenset(child_shard_ids)
+                )
+            )
+
+        return await self._write("update_child_shard_ids", apply)
+
+    # -- graceful handoff (KCL 3.x) ----------------------------------------------------------
+
+    async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
+        """Owner becomes ``new_owner`` and ``checkpoint_owner`` the old owner; counter unchanged."""
+
+        def apply() -> Lease | None:
+            stored = self._stored(lease.key)
+            if stored is None or not _allows(rules.start_handoff(lease), stored):
+                return None
+            return self._store(attrs.evolve(stored, owner=new_owner, checkpoint_owner=lease.owner))
+
+        return await self._write("start_handoff", apply)
+
+    async def finish_handoff(self, lease: Lease) -> Lease | None:
+        """The new owner accepts: counter+1 and ``checkpoint_owner`` removed."""
+
+        def apply() -> Lease | None:
+            stored = self._stored(lease.key)
+            if stored is None or not _allows(rules.finish_handoff(lease), stored):
+                return None
+            return self._store(
+                attrs.evolve(stored, counter=stored.counter + 1, checkpoint_owner=None)
+            )
+
+        return await self._write("finish_handoff", apply)
+
+    # -- test helpers (no faults, not counted as worker calls) ------------------------------
+
+    def put_raw(self, key: str, lease: Lease) -> None:
+        """Store ``lease`` under ``key`` unconditionally (replacing any item)."""
+        self.table.corrupt.pop(key, None)
+        self.table.leases[key] = lease if lease.key == key else attrs.evolve(lease, key=key)
+
+    def put_corrupt(self, key: str, attribute: str, problem: str) -> None:
+        """Store an item that does not parse as a lease."""
+        self.table.leases.pop(key, None)
+        self.table.corrupt[key] = CorruptLeaseError(key, attribute, problem)
+
+    def set_sticky(self, key: str, value: int | str | None) -> None:
+        """Set (or with None remove) the externally managed ``Sticky`` attribute."""
+        stored = self.table.leases.get(key)
+        if stored is None or not _allows(rules.set_sticky(), stored):
+            raise KeyError(f"no lease {key!r}")
+        self.table.writes["set_sticky"] += 1
+        self.table.leases[key] = attrs.evolve(stored, sticky=value)

@@ -1,0 +1,44 @@
+"""An in-memory ``WorkerRegistry`` for simulation and tests.
+
+Owns: a dict of encoded items shared by the simulated workers, so that what a worker reports goes
+through the same codec as on DynamoDB (``core.worker_metrics``), corrupt items included.
+Must not: decide anything.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kclasync._core import worker_metrics as wm
+
+
+class MemoryWorkerMetrics:
+    def __init__(self, items: dict[str, dict[str, Any]] | None = None) -> None:
+        #: worker id -> item, as DynamoDB would hold it.
+        self.items: dict[str, dict[str, Any]] = items if items is not None else {}
+        self.calls: Counter[str] = Counter()
+        self.corrupt_seen = 0
+
+    def shared(self) -> MemoryWorkerMetrics:
+        """Another worker's view of the same table."""
+        return MemoryWorkerMetrics(self.items)
+
+    async def ensure_table(self) -> None:
+        self.calls["ensure_table"] += 1
+
+    async def report(self, metrics: wm.WorkerMetrics) -> None:
+        self.calls["report"] += 1
+        item = wm.encode_item(metrics)
+        kept = self.items.get(metrics.worker_id, {})
+        self.items[metrics.worker_id] = {**kept, **item}
+
+    async def list_workers(self) -> wm.DecodedEntries:
+        self.calls["list_workers"] += 1
+        decoded = wm.decode_items(list(self.items.values()))
+        self.corrupt_seen += len(decoded.corrupt)
+        return decoded
+
+    async def remove(self, worker_id: str) -> None:
+        self.calls["remove"] += 1
+        self.items.pop(worker_id, None)

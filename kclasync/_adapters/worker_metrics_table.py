@@ -1,0 +1,124 @@
+"""The ``<app>-WorkerMetricStats`` table on DynamoDB, shared with Java KCL 3.x workers, and the
+one-time removal of earlier kclasync registry items from the lease table.
+
+Owns: the DynamoDB calls behind ``WorkerRegistry``: creating the table as the KCL does (HASH
+``wid`` S, PAY_PER_REQUEST), writing an entry with UpdateItem (``lut``, ``sts``, ``opr`` only, so
+attributes a newer KCL adds, such as ``sup``/``slu``, survive), a strongly consistent paged scan,
+and deleting an entry. Item layout: ``core.worker_metrics``.
+Must not: decide anything (liveness, validity and the migration's key selection are the core's).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from kclasync._adapters.dynamodb import _code, _mapped_errors, ensure_table
+from kclasync._core import worker_metrics as wm
+
+log = logging.getLogger("kclasync.registry")
+
+
+class DynamoWorkerMetrics:
+    """``WorkerRegistry`` over a DynamoDB table (low-level aiobotocore client)."""
+
+    def __init__(self, client: Any, table_name: str) -> None:
+        self._client = client
+        self.table_name = table_name
+        self.calls: dict[str, int] = {}
+        #: Unreadable items met by ``list_workers`` so far.
+        self.corrupt_seen = 0
+
+    def _count(self, op: str) -> None:
+        self.calls[op] = self.calls.get(op, 0) + 1
+
+    async def ensure_table(self, timeout: float = 60.0) -> None:
+        self._count("ensure_table")
+        await ensure_table(
+            self._client,
+            TableName=self.table_name,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[{"AttributeName": wm.WORKER_ID, "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": wm.WORKER_ID, "KeyType": "HASH"}],
+            timeout=timeout,
+        )
+
+    async def report(self, metrics: wm.WorkerMetrics) -> None:
+        item = wm.encode_item(metrics)
+        fields = [wm.LAST_UPDATE, wm.METRIC_STATS, wm.OPERATING_RANGE]
+        names = {f"#a{i}": f for i, f in enumerate(fields)}
+        values = {f":a{i}": item[f] for i, f in enumerate(fields)}
+        async with _mapped_errors("UpdateItem"):
+            self._count("report")
+            await self._client.update_item(
+                TableName=self.table_name,
+                Key={wm.WORKER_ID: item[wm.WORKER_ID]},
+                UpdateExpression="SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(fields))),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+
+    async def list_workers(self) -> wm.DecodedEntries:
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+        while True:
+            async with _mapped_errors("Scan"):
+                self._count("list_workers")
+                resp = await self._client.scan(**kwargs)
+            items.extend(resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                break
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        decoded = wm.decode_items(items)
+        for exc in decoded.corrupt:
+            log.warning("skipping an item of %s: %s", self.table_name, exc)
+        self.corrupt_seen += len(decoded.corrupt)
+        return decoded
+
+    async def remove(self, worker_id: str) -> None:
+        async with _mapped_errors("DeleteItem"):
+            self._count("remove")
+            await self._client.delete_item(
+                TableName=self.table_name, Key={wm.WORKER_ID: {"S": worker_id}}
+            )
+
+
+async def remove_legacy_registry_items(client: Any, lease_table: str) -> list[str]:
+    """Delete the ``__worker__:`` items earlier kclasync versions kept in the lease table (the
+    Java KCL fails on them). Each delete is conditional on the item still not being a lease
+    (no ``leaseCounter``). Returns the keys deleted; logs each. Safe to run on every start."""
+    keys: list[str] = []
+    kwargs: dict[str, Any] = {
+        "TableName": lease_table,
+        "ConsistentRead": True,
+        "ProjectionExpression": "#k",
+        "FilterExpression": "begins_with(#k, :p)",
+        "ExpressionAttributeNames": {"#k": "leaseKey"},
+        "ExpressionAttributeValues": {":p": {"S": wm.LEGACY_WORKER_KEY_PREFIX}},
+    }
+    while True:
+        async with _mapped_errors("Scan"):
+            resp = await client.scan(**kwargs)
+        keys.extend(i["leaseKey"]["S"] for i in resp.get("Items", []) if "leaseKey" in i)
+        if "LastEvaluatedKey" not in resp:
+            break
+        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+    removed: list[str] = []
+    for key in wm.legacy_registry_keys(keys):
+        try:
+            async with _mapped_errors("DeleteItem"):
+                await client.delete_item(
+                    TableName=lease_table,
+                    Key={"leaseKey": {"S": key}},
+                    ConditionExpression="attribute_not_exists(#c)",
+                    ExpressionAttributeNames={"#c": "leaseCounter"},
+                )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+            continue
+        log.info("removed the earlier worker-registry item %s from %s", key, lease_table)
+        removed.append(key)
+    return removed

@@ -1,0 +1,309 @@
+"""The leader's view of the fleet for load-aware assignment, and the priority assignment.
+
+Owns: the snapshot types every assignment policy is fed with (``LeaseLoad``, ``WorkerLoad``,
+``FleetSnapshot``), the plan it returns (``Move``, ``Plan``), the per-lease throughput EMA
+(``throughput_ema``), filling leases without data with the fleet average, and the priority
+assignment of unowned and expired leases (``assign_unowned``): oldest first, each to the worker
+with the most headroom, never above a worker's operating range while another worker has room.
+
+Must not: read clocks, tables or metrics, or use global randomness. The same snapshot always
+yields the same plan; ties are broken by worker id and lease key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "FleetSnapshot",
+    "LeaseLoad",
+    "LoadModel",
+    "Move",
+    "Plan",
+    "WorkerLoad",
+    "assign_unowned",
+    "estimate_capacity",
+    "lease_throughputs",
+    "throughput_ema",
+]
+
+THROUGHPUT_EMA_ALPHA = 0.5
+
+
+def throughput_ema(
+    previous_kbps: float | None,
+    bytes_delivered: int,
+    period_seconds: float,
+    alpha: float = THROUGHPUT_EMA_ALPHA,
+) -> float:
+    """One renewal period's throughput folded into the lease's EMA, in KB/s.
+
+    ``bytes_delivered`` is what reached the processor since the previous renewal and
+    ``period_seconds`` the time between the two renewals. Without a previous value the sample
+    itself is the average (seed 003: alpha 0.5 on the previous and the current value).
+    """
+    if bytes_delivered < 0:
+        raise ValueError(f"bytes_delivered must be >= 0, got {bytes_delivered}")
+    if not period_seconds > 0:
+        raise ValueError(f"period_seconds must be > 0, got {period_seconds}")
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    sample = bytes_delivered / 1024.0 / period_seconds
+    if previous_kbps is None or not math.isfinite(previous_kbps) or previous_kbps < 0:
+        return sample
+    return alpha * sample + (1.0 - alpha) * previous_kbps
+
+
+def estimate_capacity(
+    previous_kbps: float | None,
+    processed_kbps: float,
+    cpu_percent: float,
+    *,
+    alpha: float = THROUGHPUT_EMA_ALPHA,
+    min_cpu_percent: float = 5.0,
+    max_cpu_percent: float = 98.0,
+) -> float | None:
+    """A worker's own estimate of what it could process at 100 % CPU, in KB/s: an EMA of
+    ``processed * 100 / cpu`` over its reporting periods. Periods with too little CPU to say
+    anything (below ``min_cpu_percent``) or a saturated CPU (above ``max_cpu_percent``, where
+    the reading is censored) leave the previous estimate unchanged."""
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    if (
+        not math.isfinite(processed_kbps)
+        or not math.isfinite(cpu_percent)
+        or processed_kbps <= 0
+        or not min_cpu_percent <= cpu_percent <= max_cpu_percent
+    ):
+        return previous_kbps
+    sample = processed_kbps * 100.0 / cpu_percent
+    if previous_kbps is None or not previous_kbps > 0:
+        return sample
+    return alpha * sample + (1.0 - alpha) * previous_kbps
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLoad:
+    """One lease as the leader sees it.
+
+    ``owner`` is ``leaseOwner`` (None: unassigned); ``checkpoint_owner`` is set while a graceful
+    handoff from that worker to ``owner`` is still in progress. ``expired`` means the owner's
+    counter stood still past the failover time. ``age_order`` orders the priority assignment:
+    smaller is older (e.g. when the leader last saw the counter move; unowned leases 0).
+    """
+
+    key: str
+    owner: str | None
+    throughput_kbps: float | None = None
+    sticky: bool = False
+    expired: bool = False
+    checkpoint_owner: str | None = None
+    age_order: float = 0.0
+
+    @property
+    def in_handoff(self) -> bool:
+        return self.checkpoint_owner is not None and self.checkpoint_owner != self.owner
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    """One live worker: its CPU utilisation in percent (None without a CPU metric), the
+    operating range (the most CPU it should run at) and, when known, its capacity in KB/s
+    processed at 100 % CPU."""
+
+    worker_id: str
+    cpu_percent: float | None = None
+    max_cpu_percent: float = 100.0
+    capacity_kbps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    leases: tuple[LeaseLoad, ...]
+    workers: tuple[WorkerLoad, ...]
+
+    def __post_init__(self) -> None:
+        ids = [w.worker_id for w in self.workers]
+        if len(set(ids)) != len(ids):
+            raise ValueError("worker ids in a snapshot must be unique")
+        keys = [lease.key for lease in self.leases]
+        if len(set(keys)) != len(keys):
+            raise ValueError("lease keys in a snapshot must be unique")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Move:
+    """Give ``lease_key`` to ``to_worker``; ``from_worker`` None means it had no live owner
+    (a plain assignment), otherwise the move is a graceful handoff from that worker."""
+
+    lease_key: str
+    from_worker: str | None
+    to_worker: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    assignments: tuple[Move, ...] = ()
+    moves: tuple[Move, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def all(self) -> tuple[Move, ...]:
+        return self.assignments + self.moves
+
+
+def lease_throughputs(leases: Iterable[LeaseLoad]) -> dict[str, float]:
+    """Each lease's throughput; a lease without data counts as the average of those with data
+    (1.0 when no lease has data, so the plan then balances counts)."""
+    leases = list(leases)
+    known = [
+        lease.throughput_kbps
+        for lease in leases
+        if lease.throughput_kbps is not None
+        and math.isfinite(lease.throughput_kbps)
+        and lease.throughput_kbps >= 0
+    ]
+    fill = sum(known) / len(known) if known else 1.0
+    if fill <= 0:
+        fill = 0.0
+    out: dict[str, float] = {}
+    for lease in leases:
+        tp = lease.throughput_kbps
+        ok = tp is not None and math.isfinite(tp) and tp >= 0
+        out[lease.key] = tp if ok and tp is not None else fill
+    return out
+
+
+class LoadModel:
+    """Predicted load of each worker, in the unit the plan balances, and the cost of a lease.
+
+    CPU mode (every worker reports CPU): load is CPU percent; a lease costs its throughput times
+    the worker's percent per KB/s, from its capacity if known (then the load itself is predicted
+    from the leases it owns), else from its observed CPU over its assigned throughput, else the
+    fleet's (mean of known capacities, else CPU over throughput summed over the fleet). Leases
+    still in handoff are counted at their new owner and taken off the old one. Throughput mode
+    (some worker has no CPU metric, or no worker has both CPU and throughput yet, e.g. at
+    start-up): load is assigned throughput divided by capacity (relative units when capacities
+    are unknown).
+    """
+
+    def __init__(self, snapshot: FleetSnapshot, throughputs: Mapping[str, float]) -> None:
+        self.workers = {w.worker_id: w for w in snapshot.workers}
+        reporting = bool(snapshot.workers) and all(
+            w.cpu_percent is not None for w in snapshot.workers
+        )
+        assigned: dict[str, float] = dict.fromkeys(self.workers, 0.0)
+        running: dict[str, float] = dict.fromkeys(self.workers, 0.0)
+        for lease in snapshot.leases:
+            tp = throughputs[lease.key]
+            if lease.owner in assigned and not lease.expired:
+                assigned[lease.owner] += tp
+            runner = lease.checkpoint_owner if lease.in_handoff else lease.owner
+            if runner in running and not lease.expired:
+                running[runner] += tp
+        self.assigned_kbps = assigned
+        all_known = all(w.capacity_kbps for w in snapshot.workers)
+        pairs = [
+            (w.cpu_percent or 0.0, running[w.worker_id])
+            for w in snapshot.workers
+            if running[w.worker_id] > 0 and (w.cpu_percent or 0.0) > 0
+        ]
+        tp_sum = sum(t for _, t in pairs)
+        fleet_rate = sum(c for c, _ in pairs) / tp_sum if tp_sum > 0 else 0.0
+        known_rates = [100.0 / w.capacity_kbps for w in snapshot.workers if w.capacity_kbps]
+        if known_rates:
+            fleet_rate = sum(known_rates) / len(known_rates)
+        # CPU is only usable with a way to predict what a lease costs: a capacity or a ratio.
+        self.cpu_mode = reporting and fleet_rate > 0
+        self.rate: dict[str, float] = {}
+        if self.cpu_mode:
+            for w in snapshot.workers:
+                if w.capacity_kbps:
+                    self.rate[w.worker_id] = 100.0 / w.capacity_kbps
+                elif running[w.worker_id] > 0 and (w.cpu_percent or 0.0) > 0:
+                    self.rate[w.worker_id] = (w.cpu_percent or 0.0) / running[w.worker_id]
+                else:
+                    self.rate[w.worker_id] = fleet_rate
+            # A worker with a capacity: its CPU calibrated the capacity, and its load is predicted
+            # from the leases it now owns (current throughput, handoffs at the new owner, no lag
+            # of the CPU window, no saturation at 100 %). Without one: its measured CPU, with
+            # handoffs in progress moved from the old owner (which the CPU still shows) to the new.
+            self.load = {}
+            for w in snapshot.workers:
+                if w.capacity_kbps:
+                    self.load[w.worker_id] = assigned[w.worker_id] * self.rate[w.worker_id]
+                else:
+                    self.load[w.worker_id] = float(w.cpu_percent or 0.0)
+            for lease in snapshot.leases:
+                if not lease.in_handoff or lease.expired:
+                    continue
+                tp = throughputs[lease.key]
+                old, new = lease.checkpoint_owner, lease.owner
+                if old in self.load and not self.workers[old].capacity_kbps:
+                    self.load[old] = max(0.0, self.load[old] - tp * self.rate[old])
+                if new in self.load and not self.workers[new].capacity_kbps:
+                    self.load[new] += tp * self.rate[new]
+            self.limit = {w.worker_id: w.max_cpu_percent for w in snapshot.workers}
+        else:
+            for w in snapshot.workers:
+                cap = w.capacity_kbps if all_known and w.capacity_kbps else 1.0
+                self.rate[w.worker_id] = (100.0 / cap) if all_known else 1.0
+            self.load = {wid: assigned[wid] * self.rate[wid] for wid in self.workers}
+            self.limit = dict.fromkeys(self.workers, math.inf)
+
+    def cost(self, worker_id: str, kbps: float) -> float:
+        return kbps * self.rate[worker_id]
+
+    def headroom(self, worker_id: str) -> float:
+        limit = self.limit[worker_id]
+        if math.isinf(limit):
+            return -self.load[worker_id]
+        return limit - self.load[worker_id]
+
+    def mean(self) -> float:
+        return sum(self.load.values()) / len(self.load) if self.load else 0.0
+
+
+def _needs_owner(lease: LeaseLoad, live: Mapping[str, WorkerLoad]) -> bool:
+    return lease.owner is None or lease.expired or lease.owner not in live
+
+
+def assign_unowned(
+    snapshot: FleetSnapshot,
+    model: LoadModel,
+    throughputs: Mapping[str, float],
+    *,
+    take_expired_sticky: bool = False,
+) -> list[Move]:
+    """Unowned and expired leases (and leases of workers no longer live), oldest first, each to
+    the worker with the most headroom that stays within its operating range; only when no worker
+    has room does the lease go to the one with the most headroom anyway. Updates ``model``.
+
+    An expired sticky lease is left alone (no automatic failover for pinned shards) unless
+    ``take_expired_sticky``.
+    """
+    if not snapshot.workers:
+        return []
+    live = model.workers
+    pending = [
+        lease
+        for lease in snapshot.leases
+        if _needs_owner(lease, live)
+        and not (lease.sticky and lease.owner is not None and not take_expired_sticky)
+    ]
+    pending.sort(key=lambda lease: (lease.owner is not None, lease.age_order, lease.key))
+    moves: list[Move] = []
+    for lease in pending:
+        tp = throughputs[lease.key]
+        fits = [
+            wid for wid in sorted(live) if model.load[wid] + model.cost(wid, tp) <= model.limit[wid]
+        ]
+        candidates = fits or sorted(live)
+        target = min(candidates, key=lambda wid: (-model.headroom(wid), wid))
+        model.load[target] += model.cost(target, tp)
+        model.assigned_kbps[target] += tp
+        prior = lease.owner if lease.owner is not None and lease.owner != target else None
+        moves.append(Move(lease.key, prior, target))
+    return moves

@@ -1,0 +1,270 @@
+"""Worker metrics in the KCL 3.x ``<app>-WorkerMetricStats`` format: the worker registry that a
+Java 3.x leader and kclasync share.
+
+Owns: the value type of one worker's entry, its DynamoDB item codec (tolerant parsing: an item
+that cannot be read raises ``CorruptWorkerMetricsError``; ``decode_items`` skips and counts such
+items), the rules a KCL 3.x leader applies to an entry (valid, live), adding a sample, and which
+lease-table keys are the registry items of earlier kclasync versions (the one-time migration).
+
+The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against the jar):
+
+========  ====  ===========================================================================
+``wid``   S     worker id, the same string as ``leaseOwner`` in the lease table
+``lut``   N     last update, wall-clock epoch **seconds**
+``sts``   M     metric short name -> L of N: the last samples (10 by default), oldest first;
+                a sample of -1 means "could not be measured"
+``opr``   M     metric short name -> L of N: operating range; the first value is the maximum
+``sup``   N     (later 3.x) support code for breaking features; read and kept, never needed
+``slu``   N     (later 3.x) when ``sup`` was last written, epoch seconds
+========  ====  ===========================================================================
+
+Metric short names: ``C`` CPU, ``M`` memory, ``NI``/``NO`` network in/out (percent of the
+operating range's maximum); ``T`` throughput exists as a short name too, but the leader's
+"default metric" test looks for the key ``THROUGHPUT``. A worker that measures none writes empty
+``sts`` and ``opr`` maps, as the Java worker does where it cannot read CPU; the leader then
+balances on lease throughput only.
+
+Must not: do I/O, read clocks (``now`` is passed in, in epoch seconds), or draw randomness.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from kclasync.errors import KclAsyncError
+
+WORKER_ID = "wid"
+LAST_UPDATE = "lut"
+METRIC_STATS = "sts"
+OPERATING_RANGE = "opr"
+SUPPORT_CODE = "sup"
+SUPPORT_LAST_UPDATE = "slu"
+
+CPU = "C"
+MEMORY = "M"
+NETWORK_IN = "NI"
+NETWORK_OUT = "NO"
+#: The KCL tests ``sts`` for this *name* (not a short name) to mean "balance on throughput".
+THROUGHPUT_MARKER = "THROUGHPUT"
+
+#: noOfPersistedMetricsPerWorkerMetrics (KCL default): samples kept per metric.
+DEFAULT_SAMPLES_KEPT = 10
+#: workerMetricsReporterFreqInMillis (KCL default), in seconds.
+DEFAULT_REPORT_PERIOD = 30.0
+#: A sample value meaning "this metric could not be read".
+FAILED_SAMPLE = -1.0
+
+#: The lease-table key prefix of the registry items earlier kclasync versions wrote there.
+LEGACY_WORKER_KEY_PREFIX = "__worker__:"
+
+Item = dict[str, Any]
+
+
+class CorruptWorkerMetricsError(KclAsyncError):
+    """An item of the worker-metrics table that cannot be read as a worker entry."""
+
+    def __init__(self, worker_id: str | None, reason: str) -> None:
+        super().__init__(f"worker metrics item {worker_id!r} is unreadable: {reason}")
+        self.worker_id = worker_id
+        self.reason = reason
+
+
+@attrs.frozen
+class WorkerMetrics:
+    """One worker's entry."""
+
+    worker_id: str
+    #: Wall-clock epoch seconds of the last report.
+    last_update: int
+    #: Metric short name -> recent samples, oldest first.
+    metric_stats: Mapping[str, tuple[float, ...]] = attrs.field(factory=dict)
+    #: Metric short name -> operating range (first value: the maximum).
+    operating_range: Mapping[str, tuple[int, ...]] = attrs.field(factory=dict)
+    support_code: int | None = None
+    support_last_update: int | None = None
+
+    def with_sample(
+        self, metric: str, value: float, *, maximum: int = 100, keep: int = DEFAULT_SAMPLES_KEPT
+    ) -> WorkerMetrics:
+        """A copy with ``value`` appended to ``metric`` (at most ``keep`` samples) and the
+        metric's operating range set to ``[maximum]``."""
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        samples = (*self.metric_stats.get(metric, ()), float(value))[-keep:]
+        return attrs.evolve(
+            self,
+            metric_stats={**self.metric_stats, metric: samples},
+            operating_range={**self.operating_range, metric: (maximum,)},
+        )
+
+    def reported_at(self, now: float) -> WorkerMetrics:
+        return attrs.evolve(self, last_update=int(now))
+
+
+def uses_default_metric(metrics: WorkerMetrics) -> bool:
+    """No explicit metric (both maps empty, or ``sts`` names ``THROUGHPUT``): the leader
+    balances this worker on lease throughput alone."""
+    if not metrics.metric_stats and not metrics.operating_range:
+        return True
+    return THROUGHPUT_MARKER in metrics.metric_stats
+
+
+def is_valid(metrics: WorkerMetrics) -> bool:
+    """The KCL 3.x leader's validity test; an invalid entry is ignored (the worker gets no
+    leases). Every measured metric needs an operating range whose maximum is not 0."""
+    if uses_default_metric(metrics):
+        return True
+    if any(name not in metrics.operating_range for name in metrics.metric_stats):
+        return False
+    return all(rng and rng[0] != 0 for rng in metrics.operating_range.values())
+
+
+def is_failing(metrics: WorkerMetrics) -> bool:
+    """Some metric's latest sample is the failure marker -1."""
+    return any(s and s[-1] == FAILED_SAMPLE for s in metrics.metric_stats.values())
+
+
+def is_live(metrics: WorkerMetrics, now: float, report_period: float) -> bool:
+    """Whether a KCL 3.x leader with reporting period ``report_period`` (seconds; the leader's
+    ``workerMetricsReporterFreqInMillis``) counts this worker when it assigns at wall-clock
+    ``now``: a valid entry, updated within two periods (compared in whole seconds, as the
+    leader does), with no failing metric. Wall clocks of reporter and leader are compared here:
+    the KCL's design, so hosts need roughly synchronised clocks."""
+    threshold = math.floor(now - 2 * report_period)
+    return is_valid(metrics) and metrics.last_update >= threshold and not is_failing(metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# Codec
+
+
+def encode_item(metrics: WorkerMetrics) -> Item:
+    item: Item = {
+        WORKER_ID: {"S": metrics.worker_id},
+        LAST_UPDATE: {"N": str(metrics.last_update)},
+        METRIC_STATS: {
+            "M": {k: {"L": [{"N": _num(v)} for v in vs]} for k, vs in metrics.metric_stats.items()}
+        },
+        OPERATING_RANGE: {
+            "M": {
+                k: {"L": [{"N": str(int(v))} for v in vs]}
+                for k, vs in metrics.operating_range.items()
+            }
+        },
+    }
+    if metrics.support_code is not None:
+        item[SUPPORT_CODE] = {"N": str(metrics.support_code)}
+    if metrics.support_last_update is not None:
+        item[SUPPORT_LAST_UPDATE] = {"N": str(metrics.support_last_update)}
+    return item
+
+
+def _num(value: float) -> str:
+    if not math.isfinite(value):
+        raise ValueError(f"metric samples must be finite, got {value}")
+    return repr(float(value))
+
+
+def _number(item: Item, name: str, worker_id: str | None) -> float | None:
+    attr = item.get(name)
+    if attr is None:
+        return None
+    if not isinstance(attr, dict) or "N" not in attr:
+        raise CorruptWorkerMetricsError(worker_id, f"{name} is not a number: {attr!r}")
+    try:
+        value = float(attr["N"])
+    except (TypeError, ValueError):
+        raise CorruptWorkerMetricsError(worker_id, f"{name} is not a number: {attr!r}") from None
+    if not math.isfinite(value):
+        raise CorruptWorkerMetricsError(worker_id, f"{name} is not finite: {attr!r}")
+    return value
+
+
+def _series(item: Item, name: str, worker_id: str | None) -> dict[str, tuple[float, ...]]:
+    attr = item.get(name)
+    if attr is None:
+        return {}
+    if not isinstance(attr, dict) or not isinstance(attr.get("M"), dict):
+        raise CorruptWorkerMetricsError(worker_id, f"{name} is not a map: {attr!r}")
+    out: dict[str, tuple[float, ...]] = {}
+    for metric, values in attr["M"].items():
+        if not isinstance(values, dict) or not isinstance(values.get("L"), list):
+            raise CorruptWorkerMetricsError(worker_id, f"{name}.{metric} is not a list")
+        samples = []
+        for entry in values["L"]:
+            if not isinstance(entry, dict) or "N" not in entry:
+                raise CorruptWorkerMetricsError(worker_id, f"{name}.{metric} holds {entry!r}")
+            try:
+                samples.append(float(entry["N"]))
+            except (TypeError, ValueError):
+                raise CorruptWorkerMetricsError(
+                    worker_id, f"{name}.{metric} holds {entry!r}"
+                ) from None
+        out[str(metric)] = tuple(samples)
+    return out
+
+
+def decode_item(item: Item) -> WorkerMetrics:
+    """Read one item; raises ``CorruptWorkerMetricsError`` naming the worker and the field."""
+    wid_attr = item.get(WORKER_ID)
+    worker_id = wid_attr.get("S") if isinstance(wid_attr, dict) else None
+    if not isinstance(worker_id, str) or not worker_id:
+        raise CorruptWorkerMetricsError(None, f"no string {WORKER_ID}: {wid_attr!r}")
+    last_update = _number(item, LAST_UPDATE, worker_id)
+    if last_update is None:
+        raise CorruptWorkerMetricsError(worker_id, f"no {LAST_UPDATE}")
+    support = _number(item, SUPPORT_CODE, worker_id)
+    support_at = _number(item, SUPPORT_LAST_UPDATE, worker_id)
+    return WorkerMetrics(
+        worker_id=worker_id,
+        last_update=int(last_update),
+        metric_stats=_series(item, METRIC_STATS, worker_id),
+        operating_range={
+            k: tuple(int(v) for v in vs)
+            for k, vs in _series(item, OPERATING_RANGE, worker_id).items()
+        },
+        support_code=None if support is None else int(support),
+        support_last_update=None if support_at is None else int(support_at),
+    )
+
+
+@attrs.frozen
+class DecodedEntries:
+    """A full read of the table: readable entries and the errors of the skipped items."""
+
+    entries: tuple[WorkerMetrics, ...]
+    corrupt: tuple[CorruptWorkerMetricsError, ...] = ()
+
+
+def decode_items(items: Iterable[Item]) -> DecodedEntries:
+    """Decode every item; unreadable ones are skipped and returned as errors (to be logged and
+    counted by the caller), never silently dropped."""
+    entries: list[WorkerMetrics] = []
+    corrupt: list[CorruptWorkerMetricsError] = []
+    for item in items:
+        try:
+            entries.append(decode_item(item))
+        except CorruptWorkerMetricsError as exc:
+            corrupt.append(exc)
+    return DecodedEntries(tuple(entries), tuple(corrupt))
+
+
+def live_workers(
+    entries: Sequence[WorkerMetrics], now: float, report_period: float
+) -> frozenset[str]:
+    """The worker ids a KCL 3.x leader would assign to at ``now``."""
+    return frozenset(e.worker_id for e in entries if is_live(e, now, report_period))
+
+
+# ---------------------------------------------------------------------------------------------
+# One-time migration of the lease table
+
+
+def legacy_registry_keys(lease_keys: Iterable[str]) -> list[str]:
+    """The lease-table keys that are worker-registry items of earlier kclasync versions (the
+    Java KCL cannot parse them as leases); a worker deletes them on start."""
+    return sorted(k for k in lease_keys if k.startswith(LEGACY_WORKER_KEY_PREFIX))

@@ -1,0 +1,225 @@
+"""Taking rounds: scan the lease table, judge expiry and liveness, plan, then take and steal.
+
+Owns: what the last scan showed (lease expiry as this worker observes it, the live workers from
+registry heartbeats, corrupt and unknown-Sticky reports), the exclusion of leases whose pipeline
+failed, and applying the planner's takes and steals (a steal is a graceful handoff when enabled).
+What to take is the pluggable planner's decision (``kclasync._core.lease_taker`` and
+``balanced_taker``); holding what was taken is the coordinator's job.
+Must not: renew or checkpoint, or read any clock but the coordinator's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import TYPE_CHECKING
+
+import attrs
+
+from kclasync._core.expiry import ExpiryTracker
+from kclasync._core.held_lease import HeldState
+from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView
+from kclasync._runtime.held import HeldLease
+from kclasync.errors import AdapterError
+
+if TYPE_CHECKING:
+    from kclasync._runtime.lease_coordinator import LeaseCoordinator
+
+log = logging.getLogger("kclasync.leases")
+
+
+class LeaseTaking:
+    def __init__(
+        self,
+        holder: LeaseCoordinator,
+        *,
+        taker: LeaseTaker,
+        interval: float,
+        max_leases_for_worker: int | None,
+        max_leases_to_steal: int | None,
+        rng: random.Random,
+        graceful_handoff: bool,
+        worker_timeout: float,
+    ) -> None:
+        self._holder = holder
+        self.taker = taker
+        self.interval = interval
+        self.max_leases_for_worker = max_leases_for_worker
+        self.max_leases_to_steal = max_leases_to_steal
+        self.rng = rng
+        self.graceful_handoff = graceful_handoff
+        self.expiry = ExpiryTracker(holder.failover_time)
+        self.workers = ExpiryTracker(worker_timeout)
+        #: Workers judged live at the last scan (registry heartbeats), this one included.
+        self.live_workers: frozenset[str] = frozenset({holder.worker_id})
+        #: Taking rounds completed (for tests, benchmarks and the demo).
+        self.rounds = 0
+        #: Lease keys this worker will not take until the given loop time.
+        self.excluded: dict[str, float] = {}
+        #: Cleared when the worker stops: rounds still scan, but take nothing.
+        self.enabled = True
+        self.last_scan: tuple[Lease, ...] = ()
+        self._reported_sticky: set[str] = set()
+        self._reported_corrupt: set[str] = set()
+
+    def exclude(self, key: str, seconds: float) -> None:
+        """Do not take ``key`` again for ``seconds`` (a shard whose pipeline failed)."""
+        self.excluded[key] = self._holder.now() + seconds
+
+    def is_excluded(self, key: str) -> bool:
+        return key in self.excluded
+
+    def _report_corrupt(self, corrupt: tuple[CorruptLeaseError, ...]) -> None:
+        self._holder.metrics.corrupt_leases.labels(*self._holder.labels).set(len(corrupt))
+        keys = {exc.lease_key for exc in corrupt}
+        for exc in corrupt:
+            if exc.lease_key not in self._reported_corrupt:
+                log.error("%s; this lease is skipped until it is repaired", exc)
+        self._reported_corrupt = keys
+
+    def _report_sticky(self, leases: tuple[Lease, ...]) -> None:
+        for lease in leases:
+            if lease.sticky is not None and lease.sticky_mode is None:
+                if lease.key not in self._reported_sticky:
+                    self._reported_sticky.add(lease.key)
+                    log.warning(
+                        "lease %s has an unknown Sticky value (%s); treating it as normal "
+                        "(use -1/0 normal, 10 pinned, 20 release)",
+                        lease.key,
+                        lease.sticky,
+                    )
+            else:
+                self._reported_sticky.discard(lease.key)
+
+    async def take_round(self) -> TakePlan:
+        """Scan the table once, plan and apply takes. Returns what was actually acquired."""
+        scan = await self._holder.store.list_leases()
+        now = self._holder.now()
+        self._report_corrupt(scan.corrupt)
+        self._report_sticky(scan.leases)
+        self.last_scan = scan.leases
+        self.expiry.observe(scan.leases, now)
+        self.workers.observe(
+            (Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat) for w in scan.workers),
+            now,
+        )
+        self.live_workers = frozenset(
+            w.worker_id
+            for w in scan.workers
+            if not self.workers.is_expired(
+                Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat), now
+            )
+        ) | {self._holder.worker_id}
+        if not self.enabled:
+            return TakePlan()
+        for key, until in list(self.excluded.items()):
+            if until <= now:
+                del self.excluded[key]
+        candidates: list[Lease] = []
+        # Leases recorded under our id that we do not hold (a restart with a fixed worker id):
+        # take them back through the counter condition like any other lease.
+        for lease in scan.leases:
+            if lease.key in self.excluded:
+                continue
+            if lease.owner == self._holder.worker_id and lease.key not in self._holder.held:
+                candidates.append(attrs.evolve(lease, owner=None))
+            else:
+                candidates.append(lease)
+        view = TakeView(
+            worker_id=self._holder.worker_id,
+            leases=candidates,
+            now=now,
+            expiry=self.expiry,
+            max_leases_for_worker=self.max_leases_for_worker,
+            max_leases_to_steal=self.max_leases_to_steal,
+            live_workers=self.live_workers,
+        )
+        plan = self.taker.plan(view, self.rng)
+        by_key = {lease.key: lease for lease in scan.leases}
+        take = [by_key[lease.key] for lease in plan.take]
+        steal = [by_key[lease.key] for lease in plan.steal]
+        results = await asyncio.gather(
+            *(self._take(lease, stolen=False) for lease in take),
+            *(self._steal(lease) for lease in steal),
+        )
+        taken = tuple(lease for lease in results[: len(take)] if lease is not None)
+        stolen = tuple(lease for lease in results[len(take) :] if lease is not None)
+        return TakePlan(take=taken, steal=stolen)
+
+    async def _take(self, lease: Lease, *, stolen: bool) -> Lease | None:
+        if lease.key in self._holder.held:
+            return None
+        sent = self._holder.now()
+        try:
+            taken = await self._holder.store.take_lease(lease, self._holder.worker_id)
+        except (AdapterError, CorruptLeaseError) as exc:
+            log.info("taking %s failed: %s", lease.key, exc)
+            return None
+        if taken is None:
+            return None  # someone else was faster; normal
+        held = HeldLease(lease=taken, renewed_at=sent)
+        self._holder.held[taken.key] = held
+        (self._holder.metrics.steals if stolen else self._holder.metrics.takes).labels(
+            *self._holder.labels
+        ).inc()
+        self._holder.update_gauge()
+        log.info(
+            "worker %s %s lease %s%s",
+            self._holder.worker_id,
+            "stole" if stolen else "took",
+            taken.key,
+            f" from {lease.owner}" if stolen and lease.owner else "",
+        )
+        self._holder.listener.lease_acquired(held)
+        return taken
+
+    async def _steal(self, lease: Lease) -> Lease | None:
+        """A planned move. With graceful handoff the old owner finishes and checkpoints first."""
+        if not self.graceful_handoff or lease.owner is None:
+            return await self._take(lease, stolen=True)
+        if lease.key in self._holder.held:
+            return None
+        sent = self._holder.now()
+        try:
+            started = await self._holder.store.start_handoff(lease, self._holder.worker_id)
+        except (AdapterError, CorruptLeaseError) as exc:
+            log.info("starting the handoff of %s failed: %s", lease.key, exc)
+            return None
+        if started is None:
+            return None
+        held = HeldLease(lease=started, renewed_at=sent, state=HeldState.INCOMING, since=sent)
+        self._holder.held[started.key] = held
+        self._holder.metrics.steals.labels(*self._holder.labels).inc()
+        self._holder.update_gauge()
+        log.info(
+            "worker %s asked %s to hand over lease %s",
+            self._holder.worker_id,
+            lease.owner,
+            lease.key,
+        )
+        return started
+
+    async def loop(self, wake: asyncio.Event | None = None, first_delay: float = 0.0) -> None:
+        """Take rounds forever. ``first_delay``: register in the worker registry and wait this
+        long before the first round, so that workers started together see each other and the
+        first round already spreads the leases evenly."""
+        if first_delay > 0:
+            await self._holder.heartbeat()
+            await asyncio.sleep(first_delay)
+        while True:
+            started = self._holder.now()
+            try:
+                await self.take_round()
+            except AdapterError as exc:
+                log.warning("lease taking round failed: %s", exc)
+            self.rounds += 1
+            delay = max(0.0, self.interval - (self._holder.now() - started))
+            if wake is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), delay)
+                wake.clear()

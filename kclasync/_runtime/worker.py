@@ -1,0 +1,255 @@
+"""One worker's task tree: its runtime parts, wired together and run in two task groups.
+
+Owns: building the parts (lease coordinator, leader elector, shard sync, leader duties, shard
+supervisor) on given adapters, start-up retries, running the loops (renewer, taker, leader lock,
+leader duties) in one task group and the shard pipelines in another, and the order of a
+graceful stop: taking stops, leadership is given up, pipelines drain and checkpoint, leases are
+released, renewals stop, the worker leaves the registry.
+Must not: do any part's job itself, make protocol decisions, or create AWS clients (``Consumer``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import attrs
+
+from kclasync._adapters.protocols import (
+    CoordinatorStateStore,
+    LeaseStore,
+    StreamClient,
+)
+from kclasync._config import ConsumerConfig, LeaseTakerKind
+from kclasync._core.expiry import ExpiryTracker
+from kclasync._core.lease_taker import LeaseTaker
+from kclasync._processor import ProcessorFactory
+from kclasync._runtime.leader import LeaderElector
+from kclasync._runtime.leader_duties import LeaderDuties
+from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
+from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.shard_supervisor import ShardSupervisor
+from kclasync._runtime.shard_sync import ShardSync, StreamList
+from kclasync.errors import AdapterError
+
+log = logging.getLogger("kclasync._consumer")
+
+
+@attrs.frozen
+class WorkerSpec:
+    """What a ``Consumer`` was built with, as its worker needs it."""
+
+    config: ConsumerConfig
+    worker_id: str
+    application: str
+    streams: StreamList
+    multi_stream: bool
+    factory: ProcessorFactory
+    taker: LeaseTaker
+    rng: random.Random
+    metrics: ConsumerMetrics
+
+
+def shard_sync_for(
+    spec: WorkerSpec,
+    store: LeaseStore,
+    client: StreamClient,
+    coordinator: LeaseCoordinator | None,
+    on_created: Callable[[], None],
+) -> ShardSync:
+    """The shard sync of a worker (with no coordinator: a one-off sync, e.g. a table set-up)."""
+
+    def loop_time() -> float:
+        return asyncio.get_running_loop().time()
+
+    return ShardSync(
+        config=spec.config,
+        streams=spec.streams,
+        multi_stream=spec.multi_stream,
+        store=store,
+        stream_client=client,
+        clock=coordinator.now if coordinator is not None else loop_time,
+        expiry=(
+            coordinator.taking.expiry
+            if coordinator is not None
+            else ExpiryTracker(spec.config.failover_time)
+        ),
+        on_created=on_created,
+    )
+
+
+class _NotListening:
+    """The coordinator's listener until the supervisor is attached (nothing is held yet)."""
+
+    def lease_acquired(self, held: HeldLease) -> None:
+        raise AssertionError(f"lease {held.key} acquired before the supervisor was attached")
+
+    def lease_lost(self, held: HeldLease, reason: str) -> None:
+        return None
+
+    def lease_stop_requested(self, held: HeldLease, reason: str) -> None:
+        return None
+
+
+class Worker:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        *,
+        store: LeaseStore,
+        stream_client: StreamClient,
+        locks: CoordinatorStateStore,
+        stop_requested: asyncio.Event,
+        started: asyncio.Event,
+    ) -> None:
+        cfg = spec.config
+        self.spec = spec
+        self.store = store
+        self.locks = locks
+        self._stop_requested = stop_requested
+        self._started = started
+        self._taker_wake = asyncio.Event()
+        #: The error that stopped the worker (``run()`` raises it after the graceful stop).
+        self.failure: BaseException | None = None
+        self.coordinator = LeaseCoordinator(
+            store=store,
+            worker_id=spec.worker_id,
+            failover_time=cfg.failover_time,
+            renewer_interval=cfg.renewer_interval,
+            taker_interval=cfg.taker_interval,
+            taker=spec.taker,
+            max_leases_for_worker=cfg.max_leases_for_worker,
+            max_leases_to_steal=cfg.max_leases_to_steal,
+            metrics=spec.metrics,
+            application=spec.application,
+            listener=_NotListening(),
+            graceful_handoff=cfg.graceful_handoff,
+            handoff_timeout=cfg.handoff_timeout,
+            worker_timeout=cfg.effective_worker_timeout,
+            rng=spec.rng,
+        )
+        self.elector = LeaderElector(
+            store=locks,
+            worker_id=spec.worker_id,
+            lock_duration=cfg.leader_lock_duration,
+            heartbeat_interval=cfg.leader_heartbeat_interval,
+            rng=spec.rng,
+            # The loop's clock, bound now: ``is_leader`` (and so ``Consumer.health``) is then
+            # readable from any thread, e.g. a web framework's thread pool.
+            clock=asyncio.get_running_loop().time,
+        )
+        self.shard_sync = shard_sync_for(
+            spec, store, stream_client, self.coordinator, self._taker_wake.set
+        )
+        self.duties = LeaderDuties(
+            config=cfg,
+            elector=self.elector,
+            shard_sync=self.shard_sync,
+            store=store,
+            stream_client=stream_client,
+            clock=self.coordinator.now,
+        )
+        self.supervisor = ShardSupervisor(
+            config=cfg,
+            coordinator=self.coordinator,
+            store=store,
+            stream_client=stream_client,
+            factory=spec.factory,
+            metrics=spec.metrics,
+            labels=(spec.application, spec.worker_id),
+            stream_of=self.shard_sync.stream_of,
+            on_children_created=self._taker_wake.set,
+            on_failure=self.fail,
+        )
+        self.coordinator.listener = self.supervisor
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop gracefully because of ``exc``; ``run()`` raises it at the end."""
+        self.failure = self.failure or exc
+        self._stop_requested.set()
+
+    async def _watched(self, loop: Coroutine[Any, Any, None]) -> None:
+        """A loop of the task tree: if it ends or fails, the worker stops gracefully."""
+        try:
+            await loop
+        except Exception as exc:
+            self.fail(exc)
+        else:
+            self._stop_requested.set()
+
+    async def run(self) -> None:
+        cfg = self.spec.config
+        await self._at_start("creating the lease table", self.store.ensure_table)
+        await self._at_start("creating the coordinator-state table", self.locks.ensure_table)
+        # Also proves the stream exists (StreamNotFoundError is not retried) before anything starts.
+        await self._at_start("the first shard sync", self.shard_sync.initial_sync)
+        coordinator = self.coordinator
+        # Cancelling run() cancels both groups: an abrupt stop leaves the leases to expire.
+        async with asyncio.TaskGroup() as pipelines:
+            self.supervisor.attach(pipelines)
+            async with asyncio.TaskGroup() as loops:
+                renewer = loops.create_task(
+                    self._watched(coordinator.renewer_loop()), name="renewer"
+                )
+                # Long enough for workers started together to see each other.
+                first_delay = (
+                    min(cfg.renewer_interval, 1.0)
+                    if cfg.lease_taker is LeaseTakerKind.BALANCED
+                    else 0.0
+                )
+                taker = coordinator.taking.loop(self._taker_wake, first_delay=first_delay)
+                duties = [
+                    loops.create_task(self._watched(taker), name="taker"),
+                    loops.create_task(self._watched(self.elector.run()), name="leader-lock"),
+                    loops.create_task(self._watched(self.duties.run()), name="leader-duties"),
+                ]
+                self._started.set()
+                log.info(
+                    "worker %s started on %s",
+                    self.spec.worker_id,
+                    "several streams"
+                    if self.spec.multi_stream
+                    else f"stream {self.shard_sync.stream_of('')}",
+                )
+                await self._stop_requested.wait()
+                await self._shutdown(renewer, duties)
+        if self.failure is not None:
+            raise self.failure
+
+    async def _at_start(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
+        """Run a start-up step, retrying throttling and transient errors a few times with
+        backoff; anything else, or the last failure, stops ``run()`` with that error."""
+        cfg = self.spec.config
+        delay = cfg.throttle_backoff
+        for attempt in range(1, 6):
+            try:
+                await step()
+                return
+            except AdapterError as exc:
+                if attempt == 5:
+                    raise
+                log.warning("%s failed (%s); retrying in %.2fs", what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, cfg.max_backoff)
+
+    async def _shutdown(
+        self, renewer: asyncio.Task[None], duties: list[asyncio.Task[None]]
+    ) -> None:
+        self.coordinator.taking.enabled = False
+        self.supervisor.stopping = True
+        for task in duties:
+            task.cancel()
+        await asyncio.gather(*duties, return_exceptions=True)
+        await self.elector.release()  # another worker leads at once
+        await self.supervisor.drain()  # renewals go on meanwhile
+        renewer.cancel()
+        await asyncio.gather(renewer, return_exceptions=True)
+        worker_id = self.spec.worker_id
+        try:
+            await self.store.remove_worker(worker_id)
+        except AdapterError as exc:
+            log.info("could not remove worker %s from the registry: %s", worker_id, exc)
+        log.info("worker %s stopped", worker_id)

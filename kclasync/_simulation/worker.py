@@ -1,0 +1,224 @@
+"""A simulated worker: an unmodified ``Consumer`` whose adapters and processor are instrumented.
+
+Owns: ``SimWorker`` (the pause gate), ``SimLeaseStore`` and ``SimStreamClient`` (the in-memory
+adapters, gated by the pause and reporting every applied lease write to the invariant checker)
+and ``SimProcessor`` (records each batch, takes simulated time, checkpoints periodically).
+Must not: re-implement any part of the runtime, or know how the fleet is run (``WorkerHost`` is
+all it sees of the simulation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
+
+from kclasync._adapters.memory import (
+    FaultPlan,
+    MemoryLeaseStore,
+    MemoryLeaseTable,
+    MemoryStream,
+    MemoryStreamClient,
+)
+from kclasync._adapters.protocols import GetRecordsResult, ShardFilter, StartingPosition
+from kclasync._consumer import Consumer
+from kclasync._core.lease import Lease
+from kclasync._core.shard import Shard
+from kclasync._processor import Checkpointer, ShardInfo
+from kclasync._records import Record
+from kclasync._simulation.invariants import InvariantChecker
+from kclasync.errors import ThrottledError, TransientError
+
+_T = TypeVar("_T")
+
+#: (send time, operation) of the lease-table write being applied, set per task by
+#: ``SimLeaseStore._write`` and read when the table applies it.
+_SENT: contextvars.ContextVar[tuple[float, str] | None] = contextvars.ContextVar(
+    "_SENT", default=None
+)
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+class WorkerHost(Protocol):
+    """What a worker needs of the simulation it runs in."""
+
+    @property
+    def checker(self) -> InvariantChecker: ...
+
+    @property
+    def checkpoint_interval(self) -> float: ...
+
+    def batch_time(self, records: int) -> float:
+        """Simulated seconds a processor spends on a batch of ``records``."""
+        ...
+
+
+class SimWorker:
+    def __init__(self, sim: WorkerHost, name: str) -> None:
+        self.sim = sim
+        self.name = name
+        self.running = asyncio.Event()
+        self.running.set()
+        self.consumer: Consumer | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.alive = True
+        self.stopping = False
+
+    @property
+    def paused(self) -> bool:
+        return not self.running.is_set()
+
+    async def gate(self) -> None:
+        """Blocks while the worker is paused."""
+        if not self.running.is_set():
+            await self.running.wait()
+
+    def make_processor(self) -> SimProcessor:
+        return SimProcessor(self)
+
+
+class SimLeaseStore(MemoryLeaseStore):
+    """A worker's view of the shared table: gated by its pause, and observed by the checker."""
+
+    def __init__(self, table: MemoryLeaseTable, faults: FaultPlan, worker: SimWorker) -> None:
+        super().__init__(table, faults=faults)
+        self.worker = worker
+
+    async def _read(self, op: str, apply: Callable[[], _T]) -> _T:
+        await self.worker.gate()
+        result = await super()._read(op, apply)
+        await self.worker.gate()
+        return result
+
+    async def _write(self, op: str, apply: Callable[[], _T]) -> _T:
+        token = _SENT.set((now(), op))
+        try:
+            await self.worker.gate()
+            result = await super()._write(op, apply)
+        finally:
+            _SENT.reset(token)
+        await self.worker.gate()
+        return result
+
+    def _store(self, lease: Lease) -> Lease:
+        old = self.table.leases.get(lease.key)
+        stored = super()._store(lease)
+        sent = _SENT.get()
+        self.worker.sim.checker.lease_written(
+            old,
+            stored,
+            op=sent[1] if sent is not None else "unknown",
+            writer=self.worker.name,
+            now=now(),
+            writer_sent=sent[0] if sent is not None else None,
+        )
+        return stored
+
+    async def delete_lease(self, lease: Lease) -> bool:
+        deleted = await super().delete_lease(lease)
+        if deleted:
+            self.worker.sim.checker.lease_deleted(lease.key, now())
+        return deleted
+
+
+class SimStreamClient(MemoryStreamClient):
+    def __init__(self, stream: MemoryStream, faults: FaultPlan, worker: SimWorker) -> None:
+        super().__init__([stream], faults=faults)
+        self.worker = worker
+
+    async def list_shards(
+        self, stream: str, shard_filter: ShardFilter | None = None
+    ) -> list[Shard]:
+        await self.worker.gate()
+        result = await super().list_shards(stream, shard_filter)
+        await self.worker.gate()
+        return result
+
+    async def get_shard_iterator(
+        self, stream: str, shard_id: str, position: StartingPosition
+    ) -> str:
+        await self.worker.gate()
+        result = await super().get_shard_iterator(stream, shard_id, position)
+        await self.worker.gate()
+        return result
+
+    async def get_records(
+        self, stream: str, shard_id: str, iterator: str, limit: int
+    ) -> GetRecordsResult:
+        await self.worker.gate()
+        result = await super().get_records(stream, shard_id, iterator, limit)
+        await self.worker.gate()
+        return result
+
+
+class SimProcessor:
+    """Records each batch with the checker, takes simulated time, checkpoints periodically."""
+
+    def __init__(self, worker: SimWorker) -> None:
+        self.worker = worker
+        self.sim = worker.sim
+        self.shard_id = ""
+        self.last_checkpoint_at = 0.0
+
+    async def initialize(self, shard: ShardInfo) -> None:
+        self.shard_id = shard.shard_id
+        self.last_checkpoint_at = now()
+
+    async def process_records(
+        self,
+        records: Sequence[Record],
+        checkpointer: Checkpointer,
+        millis_behind_latest: int | None,
+    ) -> None:
+        sim = self.sim
+        call = sim.checker.call_started(
+            self.worker.name,
+            self.shard_id,
+            records[0].sequence_number,
+            records[-1].sequence_number,
+            len(records),
+            now(),
+        )
+        completed = False
+        try:
+            await asyncio.sleep(sim.batch_time(len(records)))
+            await self.worker.gate()  # a pause freezes the batch in the middle
+            completed = True
+        finally:
+            sim.checker.call_ended(call, now(), completed=completed)
+        if now() - self.last_checkpoint_at >= sim.checkpoint_interval:
+            try:
+                await checkpointer.checkpoint()
+                self.last_checkpoint_at = now()
+            except (ThrottledError, TransientError):
+                pass  # the next batch checkpoints; the records are safe until then
+
+    async def lease_lost(self) -> None:
+        return None
+
+    async def _retrying(self, write: Callable[[], object]) -> None:
+        delay = 0.2
+        for _ in range(8):
+            try:
+                await write()  # type: ignore[misc]
+                return
+            except (ThrottledError, TransientError):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        await write()  # type: ignore[misc]
+
+    async def shard_ended(self, checkpointer: Checkpointer) -> None:
+        await self.worker.gate()
+        await self._retrying(checkpointer.checkpoint_shard_end)
+
+    async def shutdown_requested(self, checkpointer: Checkpointer) -> None:
+        delivered = checkpointer.last_delivered
+        if delivered is not None and delivered != checkpointer.last_checkpoint:
+            await self._retrying(checkpointer.checkpoint)
+
+
+__all__ = ["SimLeaseStore", "SimProcessor", "SimStreamClient", "SimWorker", "WorkerHost", "now"]

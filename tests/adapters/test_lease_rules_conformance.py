@@ -1,0 +1,335 @@
+"""Every lease-table write rule, run against the in-memory store and DynamoDB on moto's server.
+
+Each case is a sequence of writes on one lease. Both adapters run the same sequence from the same
+starting item; every step must succeed or fail as written here, and both adapters must return the
+same lease and leave the same item after every step. The conditions themselves come from
+``kclasync._core.lease_rules``, so this checks that its two compilations agree with each other
+and with the protocol.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import pytest
+
+from kclasync._adapters.dynamo_conditions import compile_condition
+from kclasync._adapters.dynamodb import DynamoLeaseStore
+from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
+from kclasync._core import lease_rules as rules
+from kclasync._core.lease import Lease
+from kclasync._core.position import Checkpoint
+from kclasync.testing.emulators import LocalAws
+
+KEY = "shardId-000000000007"
+CP1 = Checkpoint("49590338271490256608559692538361571095921575989136588898")
+CP2 = Checkpoint("49590338271490256608559692538361571095921575989136588999", 3)
+
+Store = MemoryLeaseStore | DynamoLeaseStore
+Write = Callable[[Store], Awaitable[object]]
+
+
+def held(counter: int = 5, owner: str | None = "a", **more: Any) -> Lease:
+    return Lease(KEY, counter=counter, owner=owner, **more)
+
+
+@attrs.frozen
+class Step:
+    name: str
+    write: Write
+    applied: bool
+
+
+async def _sticky(store: Store, value: int) -> bool:
+    try:
+        if isinstance(store, MemoryLeaseStore):
+            store.set_sticky(KEY, value)
+        else:
+            await store.set_sticky(KEY, value)
+    except KeyError:
+        return False
+    return True
+
+
+#: name -> (the item before the first step, or None for no item; the steps)
+CASES: dict[str, tuple[Lease | None, list[Step]]] = {
+    "create": (
+        None,
+        [
+            Step("create", lambda s: s.create_lease(held(counter=1)), True),
+            Step("create again", lambda s: s.create_lease(held(counter=9, owner="b")), False),
+        ],
+    ),
+    "renew": (
+        held(),
+        [
+            Step("stale counter", lambda s: s.renew_lease(held(counter=4)), False),
+            Step("other owner", lambda s: s.renew_lease(held(owner="b")), False),
+            Step("no owner", lambda s: s.renew_lease(held(owner=None)), False),
+            Step("renew", lambda s: s.renew_lease(held()), True),
+            Step("with throughput", lambda s: s.renew_lease(held(counter=6), 12.5), True),
+            Step("old view", lambda s: s.renew_lease(held()), False),
+        ],
+    ),
+    "renew unowned": (
+        held(owner=None),
+        [Step("no owner on either side", lambda s: s.renew_lease(held(owner=None)), False)],
+    ),
+    "take and steal": (
+        held(checkpoint_owner="c", owner_switches_since_checkpoint=2),
+        [
+            Step("stale counter", lambda s: s.take_lease(held(counter=4), "b"), False),
+            Step("steal a held lease", lambda s: s.take_lease(held(), "b"), True),
+            Step("old view", lambda s: s.take_lease(held(), "c"), False),
+            Step("take again", lambda s: s.take_lease(held(counter=6, owner="b"), "a"), True),
+        ],
+    ),
+    "release": (
+        held(),
+        [
+            Step("not the owner", lambda s: s.release_lease(held(owner="b")), False),
+            Step("release", lambda s: s.release_lease(held(counter=1)), True),
+            Step("already released", lambda s: s.release_lease(held(counter=6)), False),
+            Step("take the free lease", lambda s: s.take_lease(held(counter=6), "b"), True),
+        ],
+    ),
+    "checkpoint normal": (
+        held(owner_switches_since_checkpoint=3, pending_checkpoint=CP2),
+        [
+            Step("stale counter", lambda s: s.checkpoint(held(counter=4), CP1), False),
+            Step("other owner", lambda s: s.checkpoint(held(owner="b"), CP1), False),
+            Step("no owner", lambda s: s.checkpoint(held(owner=None), CP1), False),
+            Step("checkpoint", lambda s: s.checkpoint(held(), CP1), True),
+            Step("pending", lambda s: s.checkpoint(held(counter=6), CP1, pending=CP2), True),
+            Step("old view", lambda s: s.checkpoint(held(counter=6), CP2), False),
+        ],
+    ),
+    "checkpoint during handoff": (
+        held(owner="b", checkpoint_owner="a"),
+        [
+            Step("normal mode is fenced out", lambda s: s.checkpoint(held(owner="b"), CP1), False),
+            Step(
+                "handoff mode, stale counter",
+                lambda s: s.checkpoint(held(counter=1, owner="b", checkpoint_owner="a"), CP1),
+                True,
+            ),
+            Step(
+                "handoff mode, pending",
+                lambda s: s.checkpoint(held(owner="b", checkpoint_owner="a"), CP1, CP2),
+                True,
+            ),
+            Step(
+                "another checkpoint owner",
+                lambda s: s.checkpoint(held(owner="b", checkpoint_owner="c"), CP2),
+                False,
+            ),
+            Step("accept", lambda s: s.finish_handoff(held(owner="b", checkpoint_owner="a")), True),
+            Step(
+                "handoff mode after accept",
+                lambda s: s.checkpoint(held(counter=6, owner="b", checkpoint_owner="a"), CP2),
+                False,
+            ),
+        ],
+    ),
+    "handoff": (
+        held(),
+        [
+            Step("not the owner", lambda s: s.start_handoff(held(owner="b"), "c"), False),
+            Step("no owner", lambda s: s.start_handoff(held(owner=None), "c"), False),
+            Step("start", lambda s: s.start_handoff(held(counter=1), "b"), True),
+            Step("start again", lambda s: s.start_handoff(held(owner="b"), "c"), False),
+            Step(
+                "accept as another worker",
+                lambda s: s.finish_handoff(held(owner="c", checkpoint_owner="a")),
+                False,
+            ),
+            Step(
+                "accept naming another old owner",
+                lambda s: s.finish_handoff(held(owner="b", checkpoint_owner="c")),
+                False,
+            ),
+            Step("accept without old owner", lambda s: s.finish_handoff(held(owner="b")), False),
+            Step("accept", lambda s: s.finish_handoff(held(owner="b", checkpoint_owner="a")), True),
+            Step(
+                "accept again",
+                lambda s: s.finish_handoff(held(counter=6, owner="b", checkpoint_owner="a")),
+                False,
+            ),
+            Step("renew by the new owner", lambda s: s.renew_lease(held(6, "b")), True),
+        ],
+    ),
+    "take during handoff": (
+        held(owner="b", checkpoint_owner="a"),
+        [Step("take clears the handoff", lambda s: s.take_lease(held(), "c"), True)],
+    ),
+    "delete": (
+        held(),
+        [
+            Step("stale counter", lambda s: s.delete_lease(held(counter=4)), False),
+            Step("delete", lambda s: s.delete_lease(held(owner="b")), True),
+            Step("gone", lambda s: s.delete_lease(held()), False),
+        ],
+    ),
+    "childShardIds owned": (
+        held(),
+        [
+            Step(
+                "stale counter",
+                lambda s: s.update_child_shard_ids(held(counter=4), frozenset({"x"})),
+                False,
+            ),
+            Step(
+                "other owner",
+                lambda s: s.update_child_shard_ids(held(owner="b"), frozenset({"x"})),
+                False,
+            ),
+            Step(
+                "as unowned",
+                lambda s: s.update_child_shard_ids(held(owner=None), frozenset({"x"})),
+                False,
+            ),
+            Step("write", lambda s: s.update_child_shard_ids(held(), frozenset({"x", "y"})), True),
+        ],
+    ),
+    "childShardIds unowned": (
+        held(owner=None, checkpoint=Checkpoint("SHARD_END")),
+        [
+            Step(
+                "naming an owner",
+                lambda s: s.update_child_shard_ids(held(), frozenset({"x"})),
+                False,
+            ),
+            Step(
+                "backfill",
+                lambda s: s.update_child_shard_ids(held(owner=None), frozenset({"x"})),
+                True,
+            ),
+        ],
+    ),
+    "no item": (
+        None,
+        [
+            Step("renew", lambda s: s.renew_lease(held()), False),
+            Step("take", lambda s: s.take_lease(held(), "b"), False),
+            Step("release", lambda s: s.release_lease(held()), False),
+            Step("checkpoint", lambda s: s.checkpoint(held(), CP1), False),
+            Step(
+                "handoff checkpoint",
+                lambda s: s.checkpoint(held(checkpoint_owner="a"), CP1),
+                False,
+            ),
+            Step("start handoff", lambda s: s.start_handoff(held(), "b"), False),
+            Step(
+                "accept handoff",
+                lambda s: s.finish_handoff(held(owner="b", checkpoint_owner="a")),
+                False,
+            ),
+            Step("delete", lambda s: s.delete_lease(held()), False),
+            Step(
+                "childShardIds",
+                lambda s: s.update_child_shard_ids(held(owner=None), frozenset({"x"})),
+                False,
+            ),
+            Step("set Sticky", lambda s: _sticky(s, 10), False),
+        ],
+    ),
+    "set Sticky": (held(), [Step("set Sticky", lambda s: _sticky(s, 10), True)]),
+}
+
+
+def _view(result: object) -> object:
+    """What a write returned, with every lease field the rules and updates touch."""
+    if not isinstance(result, Lease):
+        return result
+    return (
+        result.key,
+        result.counter,
+        result.owner,
+        result.checkpoint_owner,
+        result.owner_switches_since_checkpoint,
+        result.checkpoint,
+        result.pending_checkpoint,
+        result.child_shard_ids,
+        result.throughput_kbps,
+        result.sticky,
+    )
+
+
+def _applied(result: object) -> bool:
+    return result is True or isinstance(result, Lease)
+
+
+async def _run(store: Store, start: Lease | None, steps: list[Step]) -> list[tuple[object, ...]]:
+    if start is not None:
+        assert await store.create_lease(start)
+    trace: list[tuple[object, ...]] = []
+    for step in steps:
+        result = await step.write(store)
+        assert _applied(result) == step.applied, f"{type(store).__name__}: {step.name}: {result}"
+        trace.append((step.name, _view(result), _view(await store.get_lease(KEY))))
+    return trace
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_both_adapters_apply_the_rule_alike(
+    case: str, moto: LocalAws, unique_name: str
+) -> None:
+    start, steps = CASES[case]
+    memory = await _run(MemoryLeaseStore(MemoryLeaseTable()), start, steps)
+    async with moto.client_options().create_client("dynamodb") as ddb:
+        dynamo_store = DynamoLeaseStore(ddb, unique_name)
+        await dynamo_store.ensure_table()
+        dynamo = await _run(dynamo_store, start, steps)
+    assert memory == dynamo
+
+
+def test_every_conditional_write_is_covered() -> None:
+    names = {step.write.__code__.co_names for _, steps in CASES.values() for step in steps}
+    called = set().union(*names)
+    writes = {
+        "create_lease",
+        "renew_lease",
+        "take_lease",
+        "release_lease",
+        "checkpoint",
+        "start_handoff",
+        "finish_handoff",
+        "delete_lease",
+        "update_child_shard_ids",
+        "_sticky",
+    }
+    assert writes <= called, writes - called
+
+
+@pytest.mark.parametrize(
+    ("condition", "expected"),
+    [
+        (rules.create(), "attribute_not_exists(#k)"),
+        (rules.renew(held()), "#c = :if0 AND #o = :if1"),
+        (
+            rules.checkpoint(held()).condition,
+            "#c = :if0 AND #o = :if1 AND attribute_not_exists(#co)",
+        ),
+        (rules.checkpoint(held(checkpoint_owner="x")).condition, "#co = :if0"),
+        (rules.update_child_shard_ids(held(owner=None)), "#c = :if0 AND attribute_not_exists(#o)"),
+        (rules.set_sticky(), "attribute_exists(#k)"),
+    ],
+)
+def test_conditions_compile_to_dynamodb_expressions(
+    condition: rules.Condition, expected: str
+) -> None:
+    expression, names, values = compile_condition(condition)
+    assert expression == expected
+    assert set(names) == set(re.findall(r"#\w+", expression))
+    assert set(values) == set(re.findall(r":\w+", expression))
+
+
+def test_checkpoint_mode_is_chosen_by_the_rules() -> None:
+    assert rules.checkpoint(held()).mode is rules.CheckpointMode.NORMAL
+    assert rules.checkpoint(held()).increments_counter
+    handoff = rules.checkpoint(held(owner="b", checkpoint_owner="a"))
+    assert handoff.mode is rules.CheckpointMode.HANDOFF
+    assert not handoff.increments_counter

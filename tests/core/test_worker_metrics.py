@@ -1,0 +1,101 @@
+"""The KCL 3.x worker-metrics entry: codec, tolerant parsing, and the leader's liveness rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kclasync._core import worker_metrics as wm
+
+#: An entry the Java KCL 3.1.3 wrote (read back from its table in the interop run): no CPU
+#: metric available, so empty maps.
+JAVA_ITEM = {
+    "wid": {"S": "java-1"},
+    "opr": {"M": {}},
+    "sts": {"M": {}},
+    "lut": {"N": "1795456278"},
+}
+
+
+def test_reads_the_java_workers_entry_and_writes_it_back_identically() -> None:
+    entry = wm.decode_item(JAVA_ITEM)
+    assert entry == wm.WorkerMetrics("java-1", 1795456278)
+    assert wm.encode_item(entry) == JAVA_ITEM
+    assert wm.uses_default_metric(entry) and wm.is_valid(entry)
+
+
+def test_cpu_samples_round_trip_with_their_operating_range() -> None:
+    entry = wm.WorkerMetrics("w", 100)
+    for value in range(12):
+        entry = entry.with_sample(wm.CPU, value * 1.5)
+    assert entry.metric_stats[wm.CPU] == tuple(v * 1.5 for v in range(2, 12))  # last 10 kept
+    assert entry.operating_range == {wm.CPU: (100,)}
+    item = wm.encode_item(entry)
+    assert item["sts"]["M"]["C"]["L"][0] == {"N": "3.0"}
+    assert item["opr"] == {"M": {"C": {"L": [{"N": "100"}]}}}
+    assert wm.decode_item(item) == entry
+
+
+def test_later_kcl_support_fields_are_read_and_kept() -> None:
+    item = {**JAVA_ITEM, "sup": {"N": "1"}, "slu": {"N": "1795456000"}}
+    entry = wm.decode_item(item)
+    assert (entry.support_code, entry.support_last_update) == (1, 1795456000)
+    assert wm.encode_item(entry) == item
+
+
+def test_liveness_follows_the_leaders_two_period_window_in_whole_seconds() -> None:
+    entry = wm.WorkerMetrics("w", 1000)
+    assert wm.is_live(entry, now=1060.9, report_period=30.0)  # floor(1000.9) = 1000 <= lut
+    assert not wm.is_live(entry, now=1061.0, report_period=30.0)
+    assert wm.live_workers([entry, wm.WorkerMetrics("x", 900)], 1010.0, 30.0) == {"w"}
+
+
+def test_invalid_and_failing_entries_are_not_live() -> None:
+    no_range = wm.WorkerMetrics("w", 1000, metric_stats={wm.CPU: (10.0,)})
+    zero_max = wm.WorkerMetrics("w", 1000, {wm.CPU: (10.0,)}, {wm.CPU: (0,)})
+    failing = wm.WorkerMetrics("w", 1000).with_sample(wm.CPU, 5).with_sample(wm.CPU, -1)
+    recovered = failing.with_sample(wm.CPU, 7)
+    assert not wm.is_valid(no_range) and not wm.is_valid(zero_max)
+    assert wm.is_failing(failing) and not wm.is_live(failing, 1000, 30)
+    assert wm.is_live(recovered, 1000, 30)
+
+
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        ({"lut": {"N": "1"}}, "no string wid"),
+        ({"wid": {"S": "w"}}, "no lut"),
+        ({"wid": {"S": "w"}, "lut": {"S": "yesterday"}}, "lut is not a number"),
+        ({"wid": {"S": "w"}, "lut": {"N": "NaN"}}, "lut is not finite"),
+        ({"wid": {"S": "w"}, "lut": {"N": "1"}, "sts": {"L": []}}, "sts is not a map"),
+        (
+            {"wid": {"S": "w"}, "lut": {"N": "1"}, "sts": {"M": {"C": {"L": [{"S": "x"}]}}}},
+            "sts.C holds",
+        ),
+    ],
+)
+def test_unreadable_items_raise_a_clear_error(item: dict[str, Any], reason: str) -> None:
+    with pytest.raises(wm.CorruptWorkerMetricsError, match=reason):
+        wm.decode_item(item)
+
+
+def test_decode_items_skips_and_reports_corrupt_items() -> None:
+    decoded = wm.decode_items([JAVA_ITEM, {"wid": {"S": "bad"}}, {**JAVA_ITEM, "wid": {"S": "b"}}])
+    assert [e.worker_id for e in decoded.entries] == ["java-1", "b"]
+    assert [e.worker_id for e in decoded.corrupt] == ["bad"]
+
+
+def test_non_finite_samples_are_refused_on_write() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        wm.encode_item(wm.WorkerMetrics("w", 1).with_sample(wm.CPU, float("inf")))
+
+
+def test_legacy_registry_keys_are_exactly_the_prefixed_ones() -> None:
+    keys = ["shardId-000000000001", "__worker__:a", "__worker__:b", "x__worker__:c"]
+    assert wm.legacy_registry_keys(keys) == ["__worker__:a", "__worker__:b"]
+
+
+def test_an_entry_naming_throughput_is_on_the_default_metric_even_without_a_range() -> None:
+    entry = wm.WorkerMetrics("w", 1000, metric_stats={wm.THROUGHPUT_MARKER: (1.0,)})
+    assert wm.uses_default_metric(entry) and wm.is_valid(entry)

@@ -1,0 +1,208 @@
+"""The real Java KCL 3.x for interop tests: the MultiLangDaemon shipped in the PyPI wheel
+``kclpy-ext`` (its jars sit in the ``amazon_kclpy.jars`` package), run on Java 17 against the
+local emulators.
+
+Owns: writing the daemon's properties (endpoints, dummy credentials, shortened timings), starting
+and stopping one JVM, reading its log, and reading what the Python record processor
+(``kcl_processor.py``) wrote. Nothing here decides whether a scenario passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+
+import attrs
+
+from kclasync.testing.emulators import REGION, LocalAws
+
+HERE = pathlib.Path(__file__).resolve().parent
+PROCESSOR = HERE / "kcl_processor.py"
+MAIN_CLASS = "software.amazon.kinesis.multilang.MultiLangDaemon"
+
+#: Log lines that mean the Java KCL met an item it cannot parse in the lease table.
+PARSE_FAILURES = (
+    "Failed to deserialize lease",
+    "NullPointerException",
+    "leaseCounter is marked non-null",
+)
+
+#: Timings shortened so that a scenario runs in tens of seconds. Lease assignment runs every
+#: 2 x failoverTimeMillis; worker metrics are reported every workerMetricsReporterFreqInMillis.
+FAST_PROPERTIES: Mapping[str, str] = {
+    "initialPositionInStream": "TRIM_HORIZON",
+    "metricsLevel": "NONE",
+    "retrievalMode": "POLLING",
+    "failoverTimeMillis": "3000",
+    "shardSyncIntervalMillis": "5000",
+    "idleTimeBetweenReadsInMillis": "200",
+    "parentShardPollIntervalMillis": "1000",
+    "shutdownGraceMillis": "5000",
+    "workerMetricsReporterFreqInMillis": "2000",
+    "inMemoryWorkerMetricsCaptureFrequencyMillis": "500",
+}
+
+
+def kcl_jars() -> pathlib.Path | None:
+    """The directory holding the KCL jars of the installed ``kclpy-ext``, or None."""
+    try:
+        import amazon_kclpy.jars as jars  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    path = pathlib.Path(jars.__file__).parent
+    return path if any(path.glob("amazon-kinesis-client-multilang-*.jar")) else None
+
+
+def java_executable() -> str | None:
+    return shutil.which("java")
+
+
+@attrs.frozen
+class Processed:
+    """Every record the Java side handed to the processor: (key, counter) -> deliveries, and
+    the first (shard, sequence number) each was seen at."""
+
+    deliveries: Counter[tuple[str, int]]
+    shards: frozenset[str]
+    positions: dict[tuple[str, int], tuple[str, str]]
+
+    def keys(self) -> set[tuple[str, int]]:
+        return set(self.deliveries)
+
+
+class JavaKcl:
+    """One MultiLangDaemon JVM. Use ``start()``/``stop()`` or the context manager ``run()``."""
+
+    def __init__(
+        self,
+        local: LocalAws,
+        *,
+        stream: str,
+        application: str,
+        worker_id: str,
+        workdir: pathlib.Path,
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        jars = kcl_jars()
+        java = java_executable()
+        if jars is None or java is None:
+            raise FileNotFoundError("the Java KCL needs `java` and the kclpy-ext wheel")
+        self.jars = jars
+        self.java = java
+        self.local = local
+        self.worker_id = worker_id
+        self.workdir = workdir
+        self.properties_file = workdir / f"{worker_id}.properties"
+        self.log_file = workdir / f"{worker_id}.log"
+        self.out_file = workdir / f"{worker_id}.records"
+        props = {
+            "executableName": f"{sys.executable} {PROCESSOR}",
+            "streamName": stream,
+            "applicationName": application,
+            "AwsCredentialsProvider": "DefaultCredentialsProvider",
+            "processingLanguage": "python/3",
+            "regionName": REGION,
+            "kinesisEndpoint": local.kinesis_endpoint_url or local.endpoint_url,
+            "dynamoDBEndpoint": local.endpoint_url,
+            "workerId": worker_id,
+            **FAST_PROPERTIES,
+            **(properties or {}),
+        }
+        self.properties_file.write_text("".join(f"{k} = {v}\n" for k, v in props.items()))
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    def command(self) -> list[str]:
+        return [
+            self.java,
+            "-cp",
+            f"{self.jars}/*",
+            MAIN_CLASS,
+            "-p",
+            str(self.properties_file),
+        ]
+
+    def start(self) -> None:
+        assert self._proc is None, "one JVM per JavaKcl"
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": REGION,
+            "KCL_INTEROP_OUT": str(self.out_file),
+        }
+        self.out_file.touch()
+        with open(self.log_file, "ab") as log:
+            self._proc = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
+        self.started_at = time.monotonic()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, *, kill: bool = False, grace: float = 20.0) -> int | None:
+        """SIGTERM (the daemon's graceful shutdown) or SIGKILL; SIGKILL after ``grace`` anyway.
+        The processor children share the JVM's process group and are stopped with it."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # processor children left behind
+        return proc.returncode
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator[JavaKcl]:
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    def parse_failures(self) -> list[str]:
+        """Log lines showing that the daemon met an item it could not parse as a lease."""
+        return [line for line in self.log().splitlines() if any(p in line for p in PARSE_FAILURES)]
+
+    def log_lines(self, pattern: str) -> list[str]:
+        rx = re.compile(pattern)
+        return [line for line in self.log().splitlines() if rx.search(line)]
+
+    def processed(self) -> Processed:
+        deliveries: Counter[tuple[str, int]] = Counter()
+        shards: set[str] = set()
+        positions: dict[tuple[str, int], tuple[str, str]] = {}
+        if self.out_file.exists():
+            for line in self.out_file.read_text().splitlines():
+                parts = line.split()
+                if len(parts) != 4:
+                    continue  # a line being written right now
+                shard, key, counter, seq = parts
+                shards.add(shard)
+                deliveries[(key, int(counter))] += 1
+                positions.setdefault((key, int(counter)), (shard, seq))
+        return Processed(deliveries, frozenset(shards), positions)

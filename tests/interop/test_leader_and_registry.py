@@ -1,0 +1,90 @@
+"""The leader lock and the worker registry against the real Java KCL 3.x leader.
+
+One JVM run: a kclasync worker held the leader lock and died; the Java worker takes the lock once
+it expired (the item's ``leaseDuration`` honoured); as leader it counts the kclasync worker's
+``WorkerMetricStats`` entry as live and assigns it a lease; on its graceful stop it deletes the
+lock item and a kclasync worker becomes leader at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordinator_table_name
+from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
+from kclasync._adapters.worker_registry import worker_metrics_table_name
+from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._runtime.leader import LeaderElector
+from kclasync.testing.emulators import LocalAws
+from tests.interop.java_kcl import JavaKcl
+from tests.support import aws_for, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+LOCK_SECONDS = 6.0
+
+
+async def test_lock_and_registry_shared_with_the_java_leader(
+    kinesis: LocalAws, unique_name: str, java_kcl: Callable[..., JavaKcl]
+) -> None:
+    async with aws_for(kinesis, unique_name) as aws:
+        await aws.create_stream(2)
+        locks = DynamoCoordinatorState(aws.dynamodb, coordinator_table_name(unique_name))
+        await locks.ensure_table()
+        registry = DynamoWorkerMetrics(aws.dynamodb, worker_metrics_table_name(unique_name))
+        await registry.ensure_table()
+
+        def elector(name: str) -> LeaderElector:
+            return LeaderElector(
+                store=locks,
+                worker_id=name,
+                lock_duration=LOCK_SECONDS,
+                heartbeat_interval=1.0,
+                rng=random.Random(name),
+            )
+
+        dead = elector("py-1")
+        assert await dead.step() and dead.is_leader()
+        crashed_at = time.monotonic()  # it never heartbeats again nor releases
+
+        async def report_forever() -> None:
+            while True:
+                await registry.report(WorkerMetrics("py-1", int(time.time())))
+                await asyncio.sleep(1.0)
+
+        reporter = asyncio.create_task(report_forever())
+        java = java_kcl(stream=unique_name, application=unique_name, worker_id="java-1")
+        java.start()
+        try:
+
+            async def java_leads() -> bool:
+                lock = await locks.get_lock("Leader")
+                return lock is not None and lock.owner == "java-1"
+
+            await wait_until(java_leads, 90, "Java to take the expired lock")
+            took_after = time.monotonic() - crashed_at
+            assert took_after >= LOCK_SECONDS  # not before the item's leaseDuration
+
+            async def assigned_to_us() -> bool:
+                scan = await aws.store.list_leases()
+                return any(lease.owner == "py-1" for lease in scan.leases)
+
+            await wait_until(assigned_to_us, 90, "the Java leader to assign a lease to py-1")
+            assert not java.log_lines(r"invalid entries.*py-1")
+            assert java.log_lines(r"java-1 is new leader")
+            java.stop()
+            assert await locks.get_lock("Leader") is None  # deleted on a graceful stop
+            successor = elector("py-2")
+            assert await successor.step() and successor.is_leader()
+        finally:
+            reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporter
+            java.stop()
+        assert not java.parse_failures()
