@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any
 
 import attrs
@@ -27,27 +28,52 @@ class ProcessorErrorPolicy(str, enum.Enum):
     RELEASE_SHARD = "release_shard"
 
 
+def _number(name: str, value: Any) -> float:
+    """A finite int or float (not a bool), as a float; ConfigError naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(name, f"must be a number, got {value!r:.60}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ConfigError(name, f"is too large: {value!r:.60}") from None
+    if not math.isfinite(number):
+        raise ConfigError(name, f"must be a finite number, got {value!r}")
+    return number
+
+
 def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(attribute.name, f"must be a number, got {value!r}")
-    if value <= 0:
+    if _number(attribute.name, value) <= 0:
         raise ConfigError(attribute.name, f"must be greater than 0, got {value!r}")
 
 
+def _optional_positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _positive(instance, attribute, value)
+
+
 def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(attribute.name, f"must be a number, got {value!r}")
-    if value < 0:
+    if _number(attribute.name, value) < 0:
         raise ConfigError(attribute.name, f"must not be negative, got {value!r}")
 
 
 def _whole(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(attribute.name, f"must be a whole number, got {value!r}")
+        raise ConfigError(attribute.name, f"must be a whole number, got {value!r:.60}")
+
+
+def _optional_whole(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _whole(instance, attribute, value)
+
+
+def _flag(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(attribute.name, f"must be True or False, got {value!r:.60}")
+
+
+def _optional_name(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(attribute.name, f"must be a non-empty string, got {value!r:.60}")
 
 
 def _initial_position(value: Any) -> InitialPosition:
@@ -58,7 +84,9 @@ def _initial_position(value: Any) -> InitialPosition:
             return InitialPosition.parse(value)
         except ValueError as exc:
             raise ConfigError("initial_position", str(exc)) from None
-    raise ConfigError("initial_position", f"must be an InitialPosition or a string, got {value!r}")
+    raise ConfigError(
+        "initial_position", f"must be an InitialPosition or a string, got {value!r:.60}"
+    )
 
 
 class LeaseTakerKind(str, enum.Enum):
@@ -69,14 +97,14 @@ class LeaseTakerKind(str, enum.Enum):
 def _taker_kind(value: Any) -> LeaseTakerKind:
     try:
         return LeaseTakerKind(value)
-    except ValueError:
+    except (ValueError, TypeError):
         raise ConfigError("lease_taker", "must be 'balanced' or 'kcl2'") from None
 
 
 def _error_policy(value: Any) -> ProcessorErrorPolicy:
     try:
         return ProcessorErrorPolicy(value)
-    except ValueError:
+    except (ValueError, TypeError):
         choices = ", ".join(p.value for p in ProcessorErrorPolicy)
         raise ConfigError("processor_error_policy", f"must be one of {choices}") from None
 
@@ -108,7 +136,7 @@ class ConsumerConfig:
     #: At most this many leases per worker (None: unlimited).
     max_leases_for_worker: int | None = attrs.field(
         default=None,
-        validator=[_whole, _positive],
+        validator=[_optional_whole, _optional_positive],
         metadata=_meta("leases", kcl="maxLeasesForWorker"),
     )
     #: How leases are spread: ``balanced`` (batch stealing over the worker registry: balanced in
@@ -120,13 +148,13 @@ class ConsumerConfig:
     #: KCL's maxLeasesToStealAtOneTime is 1).
     max_leases_to_steal: int | None = attrs.field(
         default=None,
-        validator=[_whole, _positive],
+        validator=[_optional_whole, _optional_positive],
         metadata=_meta("leases", kcl="maxLeasesToStealAtOneTime"),
     )
     #: Planned moves hand the lease over (the old owner finishes its batch and checkpoints
     #: first) instead of cutting the old owner off.
     graceful_handoff: bool = attrs.field(
-        default=True, metadata=_meta("", kcl="isGracefulLeaseHandoffEnabled")
+        default=True, validator=_flag, metadata=_meta("", kcl="isGracefulLeaseHandoffEnabled")
     )
     #: How long a new owner waits for the old one to finish a handoff before forcing it
     #: (KCL gracefulLeaseHandoffTimeoutMillis).
@@ -138,7 +166,7 @@ class ConsumerConfig:
     #: A worker whose registry heartbeat stood still this long no longer counts as live
     #: (None: the failover time).
     worker_timeout: float | None = attrs.field(
-        default=None, validator=_positive, metadata=_meta("s")
+        default=None, validator=_optional_positive, metadata=_meta("s")
     )
     #: How often the stream's shard list is compared with the lease table.
     shard_sync_interval: float = attrs.field(
@@ -195,12 +223,12 @@ class ConsumerConfig:
     #: leases are taken within about 2 x failover (the Java KCL scans every 2 x (failover +
     #: epsilon), which can take up to 4 x failover; set that value to match it exactly).
     lease_taker_interval: float | None = attrs.field(
-        default=None, validator=_positive, metadata=_meta("s")
+        default=None, validator=_optional_positive, metadata=_meta("s")
     )
     #: Delete a lease at SHARD_END once every child lease exists and has started (see
     #: ``kclasync._core.lease_cleanup``). Off: finished leases stay in the table.
     cleanup_leases_upon_shard_completion: bool = attrs.field(
-        default=True, metadata=_meta("", kcl="cleanupLeasesUponShardCompletion")
+        default=True, validator=_flag, metadata=_meta("", kcl="cleanupLeasesUponShardCompletion")
     )
     #: A finished lease is deleted no earlier than this long after it was first seen deletable.
     lease_cleanup_delay: float = attrs.field(
@@ -238,25 +266,27 @@ class ConsumerConfig:
         metadata=_meta("s", kcl="waitPeriodToDeleteFormerStreams"),
     )
     #: Leases are unique per worker id; None picks ``host:pid:random``.
-    worker_id: str | None = attrs.field(default=None, metadata=_meta("", kcl="workerIdentifier"))
+    worker_id: str | None = attrs.field(
+        default=None, validator=_optional_name, metadata=_meta("", kcl="workerIdentifier")
+    )
     #: Lease table name; None means the application name (as the KCL does).
-    table_name: str | None = attrs.field(default=None, metadata=_meta("", kcl="tableName"))
+    table_name: str | None = attrs.field(
+        default=None, validator=_optional_name, metadata=_meta("", kcl="tableName")
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.max_records > 10000:
             raise ConfigError("max_records", f"must be at most 10000, got {self.max_records}")
-        if self.worker_id is not None and not self.worker_id.strip():
-            raise ConfigError("worker_id", "must not be empty")
         if self.epsilon * 3 >= self.failover_time:
-            raise ConfigError("epsilon", "must be well below failover_time / 3")
+            raise ConfigError(
+                "epsilon", f"must be well below failover_time / 3 ({self.failover_time!r} / 3)"
+            )
         if self.throttle_backoff > self.max_backoff:
             raise ConfigError("throttle_backoff", "must not exceed max_backoff")
         if self.leader_heartbeat_interval >= self.leader_lock_duration:
             raise ConfigError(
                 "leader_heartbeat_interval", "must be shorter than leader_lock_duration"
             )
-        if not isinstance(self.cleanup_leases_upon_shard_completion, bool):
-            raise ConfigError("cleanup_leases_upon_shard_completion", "must be True or False")
 
     @property
     def effective_worker_timeout(self) -> float:

@@ -1,6 +1,7 @@
 """Kinesis Data Streams (aiobotocore) behind ``StreamClient``.
 
-Owns: ListShards paging and filters, GetShardIterator, GetRecords, and the mapping of AWS errors.
+Owns: ListShards paging and filters, GetShardIterator, GetRecords (and the checking of its
+responses: ``records_result``), and the mapping of AWS errors.
 Must not: retry or back off (the runtime decides), or decide anything about leases.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -70,6 +72,93 @@ def _shard(raw: dict[str, Any]) -> Shard:
         hash_range=HashRange.parse(hk["StartingHashKey"], hk["EndingHashKey"]),
         starting_sequence=seq.get("StartingSequenceNumber", "0"),
         ending_sequence=seq.get("EndingSequenceNumber"),
+    )
+
+
+class MalformedResponseError(TransientError):
+    """Kinesis answered GetRecords with a response that does not match its API (a missing or
+    mistyped field). The call is retried like any transient failure, from the same iterator, so
+    no record is skipped; the message names the field, the shard and the record."""
+
+
+def _field(raw: Any, name: str, kinds: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise MalformedResponseError(f"GetRecords on {where}: expected an object, got {raw!r:.60}")
+    value = raw.get(name)
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        raise MalformedResponseError(
+            f"GetRecords on {where}: field {name} is missing or mistyped: {value!r:.60}"
+        )
+    return value
+
+
+def records_result(resp: Any, stream: str, shard_id: str) -> GetRecordsResult:
+    """Map a GetRecords response to ``GetRecordsResult``. Raises ``MalformedResponseError``,
+    naming the field, for anything that does not match the API (nothing is dropped)."""
+    where = f"{stream}/{shard_id}"
+    if not isinstance(resp, dict):
+        raise MalformedResponseError(f"GetRecords on {where}: the response is not an object")
+    raw_records = resp.get("Records") or []
+    if not isinstance(raw_records, list):
+        raise MalformedResponseError(f"GetRecords on {where}: field Records is not a list")
+    records: list[Record] = []
+    for index, raw in enumerate(raw_records):
+        at = f"{where} record {index}"
+        sequence = _field(raw, "SequenceNumber", str, at)
+        if not (sequence.isascii() and sequence.isdigit()):
+            raise MalformedResponseError(f"GetRecords on {at}: bad SequenceNumber {sequence!r:.60}")
+        arrival = raw.get("ApproximateArrivalTimestamp")
+        if arrival is not None and not isinstance(arrival, datetime):
+            raise MalformedResponseError(
+                f"GetRecords on {at}: ApproximateArrivalTimestamp is mistyped: {arrival!r:.60}"
+            )
+        records.append(
+            Record(
+                data=bytes(_field(raw, "Data", (bytes, bytearray, memoryview), at)),
+                partition_key=_field(raw, "PartitionKey", str, at),
+                sequence_number=sequence,
+                shard_id=shard_id,
+                approximate_arrival=arrival,
+                stream=stream,
+            )
+        )
+    next_iterator = resp.get("NextShardIterator")
+    if next_iterator is not None and not isinstance(next_iterator, str):
+        raise MalformedResponseError(f"GetRecords on {where}: field NextShardIterator is mistyped")
+    behind = resp.get("MillisBehindLatest")
+    if behind is not None and (isinstance(behind, bool) or not isinstance(behind, int)):
+        raise MalformedResponseError(f"GetRecords on {where}: field MillisBehindLatest is mistyped")
+    raw_children = resp.get("ChildShards") or []
+    if not isinstance(raw_children, list):
+        raise MalformedResponseError(f"GetRecords on {where}: field ChildShards is not a list")
+    children = []
+    for index, ch in enumerate(raw_children):
+        at = f"{where} child shard {index}"
+        child_id = _field(ch, "ShardId", str, at)
+        parents = _field(ch, "ParentShards", list, at) if "ParentShards" in ch else []
+        if not all(isinstance(p, str) for p in parents):
+            raise MalformedResponseError(f"GetRecords on {at}: field ParentShards is mistyped")
+        hash_range = None
+        if "HashKeyRange" in ch:
+            keys = _field(ch, "HashKeyRange", dict, at)
+            try:
+                hash_range = HashRange.parse(
+                    _field(keys, "StartingHashKey", str, at), _field(keys, "EndingHashKey", str, at)
+                )
+            except ValueError:
+                raise MalformedResponseError(f"GetRecords on {at}: bad HashKeyRange") from None
+        children.append(
+            ChildShard(
+                shard_id=child_id,
+                parent_shard_ids=tuple(parents),
+                hash_range=hash_range,
+            )
+        )
+    return GetRecordsResult(
+        records=records,
+        next_iterator=next_iterator,
+        millis_behind_latest=behind,
+        child_shards=tuple(children),
     )
 
 
@@ -137,35 +226,7 @@ class KinesisStreamClient:
         async with _mapped_errors("GetRecords", stream, shard_id):
             self._count("get_records")
             resp = await self._client.get_records(ShardIterator=iterator, Limit=limit)
-        records = [
-            Record(
-                data=bytes(raw["Data"]),
-                partition_key=raw["PartitionKey"],
-                sequence_number=raw["SequenceNumber"],
-                shard_id=shard_id,
-                approximate_arrival=raw.get("ApproximateArrivalTimestamp"),
-                stream=stream,
-            )
-            for raw in resp.get("Records", [])
-        ]
-        children = tuple(
-            ChildShard(
-                shard_id=ch["ShardId"],
-                parent_shard_ids=tuple(ch.get("ParentShards", ())),
-                hash_range=HashRange.parse(
-                    ch["HashKeyRange"]["StartingHashKey"], ch["HashKeyRange"]["EndingHashKey"]
-                )
-                if "HashKeyRange" in ch
-                else None,
-            )
-            for ch in resp.get("ChildShards", []) or []
-        )
-        return GetRecordsResult(
-            records=records,
-            next_iterator=resp.get("NextShardIterator"),
-            millis_behind_latest=resp.get("MillisBehindLatest"),
-            child_shards=children,
-        )
+        return records_result(resp, stream, shard_id)
 
     # -- producing (demo, tests and tools; not part of StreamClient) -------------------------
 

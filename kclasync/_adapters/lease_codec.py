@@ -7,6 +7,7 @@ Must not: do I/O.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kclasync._core.lease import CorruptLeaseError, Lease
@@ -46,7 +47,13 @@ def is_lease_item(item: Item) -> bool:
     return ENTITY_TYPE not in item
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _get(item: Item, key: str, name: str, dtype: str, *, required: bool = False) -> Any:
+    """The value of a typed attribute: a ``str`` for S and N, a list of ``str`` for SS."""
     attr = item.get(name)
     if attr is None:
         if required:
@@ -55,22 +62,33 @@ def _get(item: Item, key: str, name: str, dtype: str, *, required: bool = False)
     if not isinstance(attr, dict) or dtype not in attr:
         got = next(iter(attr), "?") if isinstance(attr, dict) else type(attr).__name__
         raise CorruptLeaseError(key, name, f"has type {got}, expected {dtype}")
-    return attr[dtype]
+    value = attr[dtype]
+    if dtype == "SS":
+        if not isinstance(value, list | tuple | set | frozenset) or not all(
+            isinstance(v, str) for v in value
+        ):
+            raise CorruptLeaseError(key, name, f"is not a set of strings: {_short(value)}")
+        return list(value)
+    if dtype == "N" and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise CorruptLeaseError(key, name, f"has a {dtype} value that is not text: {_short(value)}")
+    return value
 
 
-def _int(key: str, name: str, text: Any) -> int:
+def _int(key: str, name: str, text: str) -> int:
     try:
-        number = int(str(text))
+        number = int(text)
     except ValueError:
-        raise CorruptLeaseError(key, name, f"is not a whole number: {text!r}") from None
+        raise CorruptLeaseError(key, name, f"is not a whole number: {_short(text)}") from None
     if number < 0:
         raise CorruptLeaseError(key, name, f"is negative: {number}")
     return number
 
 
-def _checkpoint(key: str, name: str, value: Any, sub: int) -> Checkpoint:
+def _checkpoint(key: str, name: str, value: str, sub: int) -> Checkpoint:
     try:
-        return Checkpoint(str(value), sub)
+        return Checkpoint(value, sub)
     except ValueError as exc:
         raise CorruptLeaseError(key, name, str(exc)) from None
 
@@ -119,7 +137,11 @@ def item_to_lease(item: Item) -> Lease:
         try:
             throughput = float(tp_raw)
         except ValueError:
-            raise CorruptLeaseError(key, THROUGHPUT_KBPS, f"is not a number: {tp_raw!r}") from None
+            throughput = math.nan
+        if not math.isfinite(throughput) or throughput < 0:
+            raise CorruptLeaseError(
+                key, THROUGHPUT_KBPS, f"is not a non-negative number: {_short(tp_raw)}"
+            )
 
     # Sticky is managed by people and scripts: a malformed value must not make the lease
     # unusable, so it is kept as a description and treated as "normal" by the planners.
@@ -130,9 +152,9 @@ def item_to_lease(item: Item) -> Lease:
             try:
                 sticky = int(str(sticky_attr["N"]))
             except ValueError:
-                sticky = f"non-integer number {sticky_attr['N']!r}"
+                sticky = f"non-integer number {_short(sticky_attr['N'])}"
         else:
-            sticky = f"unexpected value {sticky_attr!r}"
+            sticky = f"unexpected value {_short(sticky_attr)}"
 
     return Lease(
         key=key,

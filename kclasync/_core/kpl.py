@@ -8,8 +8,10 @@ and tags (4, ignored). All user records of one aggregated record share its seque
 are told apart by their sub-sequence number, their index.
 
 Data without the magic bytes is an ordinary record. Data with the magic bytes whose digest does
-not match, or whose protobuf does not parse, is delivered as one ordinary record too (as the
-Java KCL does), and counted, so that nothing is dropped silently.
+not match, or whose protobuf does not parse (truncated, a known field with the wrong wire type, a
+key that is not UTF-8, an index out of range, a user record without data, no user record at
+all), raises ``KplFormatError``: the runtime delivers it as one ordinary record (as the Java KCL
+does) and counts it, so that nothing is dropped silently.
 
 Owns: the wire format. Must not: do I/O.
 """
@@ -55,33 +57,54 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise KplFormatError("varint too long")
 
 
-def _fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
-    """(field number, value) pairs of a protobuf message: ints for varints, bytes otherwise."""
+def _fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value) of a protobuf message's fields: ints for varints, bytes
+    for length-delimited fields, and the raw bytes of fixed 64- and 32-bit fields."""
     pos = 0
     while pos < len(buf):
         key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint(buf, pos)
-            yield number, value
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
+        elif wire in (1, 2, 5):
+            if wire == 2:
+                length, pos = _varint(buf, pos)
+            else:
+                length = 8 if wire == 1 else 4
             if pos + length > len(buf):
-                raise KplFormatError("truncated field")
-            yield number, buf[pos : pos + length]
+                raise KplFormatError(f"field {number} is truncated")
+            value = buf[pos : pos + length]
             pos += length
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
         else:
             raise KplFormatError(f"unsupported wire type {wire}")
-        if pos > len(buf):
-            raise KplFormatError("truncated field")
+        yield number, wire, value
+
+
+def _text(value: bytes, what: str) -> str:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise KplFormatError(f"{what} is not UTF-8: {value[:32]!r}") from None
+
+
+def _bytes(number: int, wire: int, value: int | bytes, what: str) -> bytes:
+    """A length-delimited field's value; any other wire type means the record is malformed."""
+    if wire != 2 or not isinstance(value, bytes):
+        raise KplFormatError(f"{what} (field {number}) has wire type {wire}, expected 2")
+    return value
+
+
+def _uint(number: int, wire: int, value: int | bytes, what: str) -> int:
+    """A varint field's value; any other wire type means the record is malformed."""
+    if wire != 0 or not isinstance(value, int):
+        raise KplFormatError(f"{what} (field {number}) has wire type {wire}, expected 0")
+    return value
 
 
 def deaggregate(data: bytes) -> list[UserRecord]:
-    """The user records inside an aggregated record. Raises KplFormatError when malformed."""
+    """The user records inside an aggregated record. Raises KplFormatError when malformed,
+    including when it holds no user record (which would otherwise vanish without a trace)."""
     if not is_aggregated(data):
         raise KplFormatError("no KPL magic bytes")
     body, digest = data[len(MAGIC) : -_DIGEST], data[-_DIGEST:]
@@ -90,31 +113,36 @@ def deaggregate(data: bytes) -> list[UserRecord]:
     keys: list[str] = []
     hash_keys: list[str] = []
     raw_records: list[bytes] = []
-    for number, value in _fields(body):
-        if not isinstance(value, bytes):
-            continue
+    for number, wire, value in _fields(body):
         if number == 1:
-            keys.append(value.decode())
+            raw = _bytes(number, wire, value, "partition key")
+            keys.append(_text(raw, f"partition key {len(keys)}"))
         elif number == 2:
-            hash_keys.append(value.decode())
+            raw = _bytes(number, wire, value, "explicit hash key")
+            hash_keys.append(_text(raw, f"explicit hash key {len(hash_keys)}"))
         elif number == 3:
-            raw_records.append(value)
+            raw_records.append(_bytes(number, wire, value, "user record"))
+    if not raw_records:
+        raise KplFormatError("no user records")
     out: list[UserRecord] = []
-    for raw in raw_records:
+    for position, record in enumerate(raw_records):
         key_index: int | None = None
         hash_index: int | None = None
-        payload = b""
-        for number, value in _fields(raw):
-            if number == 1 and isinstance(value, int):
-                key_index = value
-            elif number == 2 and isinstance(value, int):
-                hash_index = value
-            elif number == 3 and isinstance(value, bytes):
-                payload = value
+        payload: bytes | None = None
+        for number, wire, value in _fields(record):
+            what = f"user record {position}"
+            if number == 1:
+                key_index = _uint(number, wire, value, f"{what} partition key index")
+            elif number == 2:
+                hash_index = _uint(number, wire, value, f"{what} explicit hash key index")
+            elif number == 3:
+                payload = _bytes(number, wire, value, f"{what} data")
         if key_index is None or key_index >= len(keys):
             raise KplFormatError(f"partition key index {key_index} out of range")
         if hash_index is not None and hash_index >= len(hash_keys):
             raise KplFormatError(f"explicit hash key index {hash_index} out of range")
+        if payload is None:
+            raise KplFormatError(f"user record {position} has no data")
         out.append(
             UserRecord(
                 partition_key=keys[key_index],

@@ -81,7 +81,8 @@ class InitialPosition:
 
 
 def _is_sequence_number(text: str) -> bool:
-    return text.isdigit()
+    # ASCII only: str.isdigit() also accepts digits such as "²" that int() rejects.
+    return text.isascii() and text.isdigit()
 
 
 @attrs.frozen(order=False)
