@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kclasync",
         description="Consume Amazon Kinesis with the KCL lease protocol, from asyncio.",
         # Wide enough that every command's help stays on one line.
-        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=24, width=100),
+        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=30, width=100),
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo_parser(sub)
