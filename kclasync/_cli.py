@@ -79,12 +79,25 @@ def _common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             )
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, but it makes room for the sub-commands' own indent when it picks
+    the help column (argparse measures them at their parent's indent, so a long command name
+    wraps its help onto the next line)."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if action.help is not argparse.SUPPRESS:
+            for sub in action._get_subactions():
+                width = len(self._format_action_invocation(sub)) + self._current_indent + 2
+                self._action_max_length = max(self._action_max_length, width)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kclasync",
         description="Consume Amazon Kinesis with the KCL lease protocol, from asyncio.",
         # Wide enough that every command's help stays on one line.
-        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=30, width=100),
+        formatter_class=lambda prog: _Formatter(prog, max_help_position=30, width=100),
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo_parser(sub)
