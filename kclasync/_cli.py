@@ -86,7 +86,7 @@ class _Formatter(argparse.HelpFormatter):
 
     def add_argument(self, action: argparse.Action) -> None:
         super().add_argument(action)
-        if action.help is not argparse.SUPPRESS:
+        if action.help is not argparse.SUPPRESS and isinstance(action, argparse._SubParsersAction):
             for sub in action._get_subactions():
                 width = len(self._format_action_invocation(sub)) + self._current_indent + 2
                 self._action_max_length = max(self._action_max_length, width)
