@@ -35,8 +35,9 @@ from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._core.position import InitialPositionKind
 from kclasync._core.shard import Shard
-from kclasync.spark.checks import check_source
+from kclasync.spark.checks import check_sink, check_source
 from kclasync.spark.fetch import has_new_records, read_shard
+from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter, check_columns
 from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions
 from kclasync.spark.offsets import (
     ShardPosition,
@@ -47,7 +48,7 @@ from kclasync.spark.offsets import (
     readable_shards,
     state_after,
 )
-from kclasync.spark.options import SourceOptions
+from kclasync.spark.options import SinkOptions, SourceOptions
 from kclasync.spark.progress import ProgressStore, open_progress_store
 from kclasync.spark.schema import SCHEMA_DDL, records_to_arrow
 
@@ -131,8 +132,9 @@ class _DriverIO:
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets per shard; children after their parents' SHARD_END; one partition per shard."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, latest_at: datetime | None = None) -> None:
         self.options = options
+        self.latest_at = latest_at
         self._io: _DriverIO | None = None
         self._listed: list[Shard] | None = None
         self._listed_at = float("-inf")
@@ -181,7 +183,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = self.options.starting_position
         when = start.timestamp
         if start.kind is InitialPositionKind.LATEST:
-            when = datetime.now(UTC)  # LATEST is pinned to the query's start, see offsets.py
+            # LATEST is pinned to when load() defined the DataFrame (see offsets.py); with a
+            # schema given by the user load() does not ask, so to this first planning.
+            when = self.latest_at or datetime.now(UTC)
         positions: dict[str, ShardPosition] = {}
         store = self._driver.leases
         if store is not None:
@@ -341,6 +345,7 @@ def read_partition(p: ShardPartition) -> list[Any]:
                     until=_time(p.until),
                     max_seconds=opts.max_fetch_seconds,
                     replay=replay,
+                    fail_on_data_loss=opts.fail_on_data_loss,
                 )
 
             recorded = await store.get(p.run, p.batch, p.shard_id)
@@ -357,7 +362,8 @@ def read_partition(p: ShardPartition) -> list[Any]:
 
 
 class KinesisDataSource(DataSource):
-    """``spark.readStream.format("kinesis")``; register with ``kclasync.spark.register(spark)``."""
+    """``format("kinesis")``: a streaming source, and a batch and streaming sink; register with
+    ``kclasync.spark.register(spark)``."""
 
     @classmethod
     def name(cls) -> str:
@@ -365,9 +371,26 @@ class KinesisDataSource(DataSource):
 
     def schema(self) -> str:
         # Called by ``load()`` on the driver: bad options, a missing stream or an endpoint that
-        # cannot be reached fail here, before any query starts.
+        # cannot be reached fail here, before any query starts. Spark keeps this instance
+        # (pickled) for the query, so the moment LATEST stands for is taken here too.
+        self.loaded_at = datetime.now(UTC)
         check_source(SourceOptions.parse(self.options))
         return SCHEMA_DDL
 
     def streamReader(self, schema: Any) -> KinesisStreamReader:
-        return KinesisStreamReader(SourceOptions.parse(self.options))
+        latest_at: datetime | None = getattr(self, "loaded_at", None)
+        return KinesisStreamReader(SourceOptions.parse(self.options), latest_at)
+
+    def _sink(self, schema: Any) -> SinkOptions:
+        # Called on the driver by ``save()`` / ``start()``: bad options, missing columns, a
+        # missing stream or an unreachable endpoint fail here, before any row is written.
+        options = SinkOptions.parse(self.options)
+        check_columns(options, list(schema.fieldNames()))
+        check_sink(options)
+        return options
+
+    def writer(self, schema: Any, overwrite: bool) -> KinesisBatchWriter:
+        return KinesisBatchWriter(self._sink(schema))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> KinesisStreamWriter:
+        return KinesisStreamWriter(self._sink(schema))

@@ -58,6 +58,7 @@ def main() -> None:
                 f.write(json.dumps({"id": r[0], "shard": r[1], "seq": r[2], "batch": batch_id}))
                 f.write("\n")
         os.replace(tmp, final)
+        print(f"batch {batch_id}: {len(rows)} rows", file=sys.stderr, flush=True)
 
     query = (
         spark.readStream.format("kinesis")
