@@ -66,7 +66,7 @@ def run(spark: Any, opts: dict[str, str], tmp: pathlib.Path, name: str) -> tuple
     )
     with contextlib.suppress(StreamingQueryException):
         assert query.awaitTermination(150)
-    if not out.exists():
+    if not list(out.glob("*.parquet")):
         return query, []
     rows = (
         spark.read.parquet(str(out))
