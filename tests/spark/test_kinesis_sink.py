@@ -114,12 +114,12 @@ def sink_options(local: LocalAws, stream: str) -> dict[str, str]:
 def test_a_query_copies_one_stream_into_another(
     spark: Any, kinesis: LocalAws, unique_name: str, tmp_path: pathlib.Path
 ) -> None:
-    ids = create_and_produce(kinesis, unique_name, 2, 3000)
+    ids = create_and_produce(kinesis, unique_name, 2, 1200)
     target = f"{unique_name}-out"
     create_and_produce(kinesis, target, 3, 0)
     query = (
         spark.readStream.format("kinesis")
-        .options(**source_options(kinesis, unique_name, tmp_path, maxRecordsPerShard=1000))
+        .options(**source_options(kinesis, unique_name, tmp_path, maxRecordsPerShard=400))
         .load()
         .writeStream.format("kinesis")
         .options(**sink_options(kinesis, target))
