@@ -50,7 +50,7 @@ async def backlog(local: LocalAws, stream: str, shards: int, records: int) -> No
 
 async def plain_loop(local: LocalAws, stream: str) -> tuple[int, float]:
     """Records and seconds for a bare aiobotocore read of every shard, shards concurrently."""
-    async with local.client_options().create_client("kinesis") as client:
+    async with local.client_options(read_timeout=120.0).create_client("kinesis") as client:
         shards = (await client.list_shards(StreamName=stream))["Shards"]
 
         async def drain(shard_id: str) -> int:
@@ -79,6 +79,7 @@ def source_run(spark: Any, local: LocalAws, stream: str, tmp: str, fmt: str, n: 
         "endpointUrl": local.endpoint_url,
         "startingPosition": "TRIM_HORIZON",
         "maxRecordsPerShard": "100000",
+        "maxFetchTimePerShardSec": "60",
         **AWS,
     }
     df = spark.readStream.format("kinesis").options(**options).load()
@@ -176,7 +177,7 @@ def main() -> None:
     import signal
 
     signal.alarm(int(args.timeout))  # bounded: the whole run dies after --timeout seconds
-    with moto_process() as local, tempfile.TemporaryDirectory() as tmp:
+    with moto_process(timeout=120) as local, tempfile.TemporaryDirectory() as tmp:
         asyncio.run(backlog(local, "bench", args.shards, args.records))
         if args.profile:
             profile_task(local, "bench")
