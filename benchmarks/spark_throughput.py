@@ -1,21 +1,30 @@
-"""Rows/s of the Spark source and the Spark processor on this machine, and Spark's start-up cost.
+"""Rows/s of the Spark source on a warm backlog against a plain aiobotocore GetRecords loop on the
+same stream in the same run, and the ratio; also the Kinesis sink and the Spark processor.
 
-    uv run python benchmarks/spark_throughput.py [--records 20000] [--shards 4]
+    uv run python benchmarks/spark_throughput.py [--records 50000] [--shards 4] [--profile]
 
-Starts moto's server, writes a backlog, then measures (1) a local[2] Spark session's start,
+Starts moto's server, writes a backlog, starts a local[2] Spark session, then measures:
+(1) the plain loop: every shard read from TRIM_HORIZON to its end with GetRecords of 10,000,
+    shards concurrently, in this process (before and after the Spark runs; the mean counts);
 (2) the ``kinesis`` source draining the backlog with Trigger.AvailableNow into Spark's ``noop``
-sink and into parquet, (3) kclasync workers with ``SparkProcessor`` + ``ParquetSink`` writing
-the same backlog. moto serves ~20,000 GetRecords records/s on one core, which bounds (2).
+    sink, warm (a first query has started Spark's Python workers; a new checkpoint each run);
+(3) the same into parquet; (4) the Kinesis sink copying the backlog into a second stream;
+(5) kclasync workers with ``SparkProcessor`` + ``ParquetSink``.
+``--profile`` runs cProfile over one executor-side read of a shard (what a task does) and prints
+the top entries. Everything shares the machine's cores with moto; bounded by ``--timeout``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import os
+import pstats
 import sys
 import tempfile
 import time
+from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry
@@ -23,6 +32,8 @@ from prometheus_client import CollectorRegistry
 from kclasync import Consumer, ConsumerConfig
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.testing.emulators import LocalAws, moto_process
+
+AWS = {"region": "us-east-1", "awsAccessKeyId": "testing", "awsSecretKey": "testing"}
 
 
 async def backlog(local: LocalAws, stream: str, shards: int, records: int) -> None:
@@ -37,20 +48,46 @@ async def backlog(local: LocalAws, stream: str, shards: int, records: int) -> No
             pending = [e for e, r in zip(chunk, results, strict=True) if r is None] + pending
 
 
-def source_run(spark: object, local: LocalAws, stream: str, tmp: str, fmt: str) -> float:
+async def plain_loop(local: LocalAws, stream: str) -> tuple[int, float]:
+    """Records and seconds for a bare aiobotocore read of every shard, shards concurrently."""
+    async with local.client_options(read_timeout=120.0).create_client("kinesis") as client:
+        shards = (await client.list_shards(StreamName=stream))["Shards"]
+
+        async def drain(shard_id: str) -> int:
+            it = (
+                await client.get_shard_iterator(
+                    StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                )
+            )["ShardIterator"]
+            n = 0
+            while it:
+                resp = await client.get_records(ShardIterator=it, Limit=10_000)
+                n += len(resp["Records"])
+                if not resp["Records"] and not resp.get("MillisBehindLatest"):
+                    break
+                it = resp.get("NextShardIterator")
+            return n
+
+        started = time.monotonic()
+        counts = await asyncio.gather(*(drain(s["ShardId"]) for s in shards))
+        return sum(counts), time.monotonic() - started
+
+
+def source_run(spark: Any, local: LocalAws, stream: str, tmp: str, fmt: str, n: int) -> float:
     options = {
         "streamName": stream,
         "endpointUrl": local.endpoint_url,
-        "region": "us-east-1",
-        "awsAccessKeyId": "testing",
-        "awsSecretKey": "testing",
         "startingPosition": "TRIM_HORIZON",
-        "metadataPath": os.path.join(tmp, f"progress-{fmt}"),
+        "maxRecordsPerShard": "100000",
+        "maxFetchTimePerShardSec": "60",
+        **AWS,
     }
-    df = spark.readStream.format("kinesis").options(**options).load()  # type: ignore[attr-defined]
-    writer = df.writeStream.format(fmt).option("checkpointLocation", os.path.join(tmp, f"ck-{fmt}"))
+    df = spark.readStream.format("kinesis").options(**options).load()
+    writer = df.writeStream.format(fmt).option(
+        "checkpointLocation", os.path.join(tmp, f"ck-{fmt}-{n}")
+    )
     if fmt == "parquet":
-        writer = writer.option("path", os.path.join(tmp, "out-source"))
+        writer = writer.option("path", os.path.join(tmp, f"out-source-{n}"))
     started = time.monotonic()
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
@@ -59,16 +96,38 @@ def source_run(spark: object, local: LocalAws, stream: str, tmp: str, fmt: str) 
     return rows / elapsed
 
 
-async def sink_run(spark: object, local: LocalAws, stream: str, tmp: str, records: int) -> float:
+def sink_copy(spark: Any, local: LocalAws, stream: str, tmp: str, records: int) -> float:
+    target = f"{stream}-copy"
+    asyncio.run(backlog(local, target, 4, 0))
+    options = {"endpointUrl": local.endpoint_url, **AWS}
+    df = (
+        spark.readStream.format("kinesis")
+        .options(streamName=stream, startingPosition="TRIM_HORIZON", **options)
+        .option("maxRecordsPerShard", "100000")
+        .load()
+    )
+    started = time.monotonic()
+    query = (
+        df.writeStream.format("kinesis")
+        .options(streamName=target, **options)
+        .option("checkpointLocation", os.path.join(tmp, "ck-sink"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return records / (time.monotonic() - started)
+
+
+async def processor_run(spark: Any, local: LocalAws, stream: str, tmp: str, records: int) -> float:
     from kclasync.spark import ParquetSink, SparkProcessor
 
     sink = ParquetSink(os.path.join(tmp, "out-sink"))
     written = 0
 
-    def write(df: object, info: object) -> None:
+    def write(df: Any, info: Any) -> None:
         nonlocal written
-        sink(df, info)  # type: ignore[arg-type]
-        written += info.records  # type: ignore[attr-defined]
+        sink(df, info)
+        written += info.records
 
     consumer = Consumer(
         stream_name=stream,
@@ -85,15 +144,46 @@ async def sink_run(spark: object, local: LocalAws, stream: str, tmp: str, record
     return written / (time.monotonic() - started)
 
 
+def profile_task(local: LocalAws, stream: str) -> None:
+    """One executor-side read of the first shard, under cProfile."""
+    from kclasync.spark.fetch import read_shard
+    from kclasync.spark.schema import records_to_arrow
+
+    async def task() -> None:
+        async with local.client_options().create_client("kinesis") as client:
+            kinesis = KinesisStreamClient(client)
+            shard = (await kinesis.list_shards(stream))[0].shard_id
+            read = await read_shard(kinesis, stream, shard, "TRIM_HORIZON", quota=100_000)
+            for i in range(0, len(read.records), 4096):
+                records_to_arrow(read.records[i : i + 4096], stream)
+
+    prof = cProfile.Profile()
+    prof.enable()
+    asyncio.run(task())
+    prof.disable()
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--skip-extras", action="store_true", help="only the source vs plain")
+    parser.add_argument("--timeout", type=float, default=900.0)
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    with moto_process() as local, tempfile.TemporaryDirectory() as tmp:
+    import signal
+
+    signal.alarm(int(args.timeout))  # bounded: the whole run dies after --timeout seconds
+    with moto_process(timeout=120) as local, tempfile.TemporaryDirectory() as tmp:
         asyncio.run(backlog(local, "bench", args.shards, args.records))
+        if args.profile:
+            profile_task(local, "bench")
+        n, s = asyncio.run(plain_loop(local, "bench"))
+        assert n == args.records, f"plain loop read {n} of {args.records}"
+        plain = [n / s]
         started = time.monotonic()
         from pyspark.sql import SparkSession
 
@@ -110,10 +200,23 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         print(f"spark session start: {time.monotonic() - started:.1f} s")
-        print(f"source -> noop:    {source_run(spark, local, 'bench', tmp, 'noop'):,.0f} rows/s")
-        print(f"source -> parquet: {source_run(spark, local, 'bench', tmp, 'parquet'):,.0f} rows/s")
-        rate = asyncio.run(sink_run(spark, local, "bench", tmp, args.records))
-        print(f"workers -> SparkProcessor -> parquet: {rate:,.0f} rows/s")
+        cold = source_run(spark, local, "bench", tmp, "noop", 0)
+        print(f"source -> noop, cold (Python workers start):   {cold:,.0f} rows/s")
+        warm = [source_run(spark, local, "bench", tmp, "noop", i) for i in (1, 2)]
+        n, s = asyncio.run(plain_loop(local, "bench"))
+        plain.append(n / s)
+        base = sum(plain) / len(plain)
+        best = max(warm)
+        print(f"plain aiobotocore loop:                         {base:,.0f} rec/s  {plain}")
+        print(f"source -> noop, warm (best of 2):               {best:,.0f} rows/s  {warm}")
+        print(f"ratio source / plain loop:                      {best / base:.2f}x")
+        if not args.skip_extras:
+            rate = source_run(spark, local, "bench", tmp, "parquet", 3)
+            print(f"source -> parquet, warm:                        {rate:,.0f} rows/s")
+            rate = sink_copy(spark, local, "bench", tmp, args.records)
+            print(f"source -> kinesis sink (copy to a 2nd stream):  {rate:,.0f} rows/s")
+            rate = asyncio.run(processor_run(spark, local, "bench", tmp, args.records))
+            print(f"workers -> SparkProcessor -> parquet:           {rate:,.0f} rows/s")
         spark.stop()
 
 

@@ -2,12 +2,14 @@
 
     uv run python examples/spark_pipeline.py
 
-1. Starts moto's server on 127.0.0.1 and writes 2,000 JSON records to a 2-shard stream.
-2. Spark source: ``spark.readStream.format("kinesis")`` drains the stream into parquet with
-   Trigger.AvailableNow, recording its positions in the lease table ``orders-pipeline``.
-3. 500 more records arrive; kclasync workers take over from the lease table and write them with
-   ``SparkProcessor`` + ``ParquetSink`` (nothing from step 2 is read again).
-4. Both outputs are read back and counted.
+1. Starts moto's server on 127.0.0.1 and creates a 2-shard stream.
+2. Kinesis sink: ``df.write.format("kinesis")`` puts 2,000 JSON records into it.
+3. Spark source: ``spark.readStream.format("kinesis")`` drains the stream into parquet with
+   Trigger.AvailableNow (progress in DynamoDB), recording its positions in the lease table
+   ``orders-pipeline``.
+4. 500 more records arrive; kclasync workers take over from the lease table and write them with
+   ``SparkProcessor`` + ``ParquetSink`` (nothing from step 3 is read again).
+5. Both outputs are read back and counted.
 Against AWS, drop the emulator, ``endpointUrl`` and the dummy keys.
 """
 
@@ -15,33 +17,46 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 import tempfile
 from typing import Any
 
-import orjson
+from moto.server import ThreadedMotoServer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from kclasync import Consumer, ConsumerConfig
-from kclasync._adapters.kinesis import KinesisStreamClient
+from kclasync import ClientOptions, Consumer, ConsumerConfig
 from kclasync.spark import BatchInfo, ParquetSink, SparkProcessor, register
-from kclasync.testing.emulators import LocalAws, moto_process
 
 STREAM = "orders"
 TABLE = "orders-pipeline"
+AWS = {"region": "us-east-1", "awsAccessKeyId": "testing", "awsSecretKey": "testing"}
 
 
-async def produce(local: LocalAws, first: int, count: int, create: bool = False) -> None:
-    async with local.client_options().create_client("kinesis") as client:
-        kinesis = KinesisStreamClient(client)
-        if create:
-            await kinesis.create_stream(STREAM, 2)
-        pending = [(f"c{i % 13}", orjson.dumps({"id": i})) for i in range(first, first + count)]
-        while pending:
-            chunk, pending = pending[:500], pending[500:]
-            results = await kinesis.put_records(STREAM, chunk)
-            pending = [e for e, r in zip(chunk, results, strict=True) if r is None] + pending
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def client_options(endpoint: str) -> ClientOptions:
+    return ClientOptions(
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+async def create_stream(endpoint: str) -> None:
+    async with client_options(endpoint).create_client("kinesis") as kinesis:
+        await kinesis.create_stream(StreamName=STREAM, ShardCount=2)
+        while True:
+            summary = await kinesis.describe_stream_summary(StreamName=STREAM)
+            if summary["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE":
+                return
+            await asyncio.sleep(0.1)
 
 
 def spark_session() -> SparkSession:
@@ -55,20 +70,35 @@ def spark_session() -> SparkSession:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)  # spark.readStream.format("kinesis")
+    register(spark)  # format("kinesis") for reading and writing
     return spark
 
 
-def spark_source(spark: SparkSession, local: LocalAws, work: str) -> None:
+def put(spark: SparkSession, endpoint: str, first: int, count: int) -> None:
+    """The Kinesis sink: one row per record, a partition key and the data."""
+    (
+        spark.range(first, first + count)
+        .select(
+            F.concat(F.lit("c"), (F.col("id") % 13).cast("string")).alias("partitionKey"),
+            F.to_json(F.struct("id")).alias("data"),
+        )
+        .coalesce(1)  # moto numbers concurrent puts to one shard wrongly; AWS does not need this
+        .write.format("kinesis")
+        .option("streamName", STREAM)
+        .option("endpointUrl", endpoint)
+        .options(**AWS)
+        .mode("append")
+        .save()
+    )
+
+
+def spark_source(spark: SparkSession, endpoint: str, work: str) -> None:
     query = (
         spark.readStream.format("kinesis")
         .option("streamName", STREAM)
-        .option("endpointUrl", local.endpoint_url)
-        .option("region", "us-east-1")
-        .option("awsAccessKeyId", "testing")
-        .option("awsSecretKey", "testing")
+        .option("endpointUrl", endpoint)
+        .options(**AWS)
         .option("startingPosition", "TRIM_HORIZON")
-        .option("metadataPath", os.path.join(work, "progress"))
         .option("maxRecordsPerShard", 500)
         .option("leaseTable", TABLE)  # optional: hand over to kclasync workers later
         .load()
@@ -82,9 +112,10 @@ def spark_source(spark: SparkSession, local: LocalAws, work: str) -> None:
     query.awaitTermination()
 
 
-async def workers(spark: SparkSession, local: LocalAws, work: str, expect: int) -> None:
+async def workers(spark: SparkSession, endpoint: str, work: str, expect: int) -> None:
     sink = ParquetSink(os.path.join(work, "from-workers"))
     done = asyncio.Event()
+    loop = asyncio.get_running_loop()
     written = 0
 
     def write(df: Any, info: BatchInfo) -> None:
@@ -92,31 +123,39 @@ async def workers(spark: SparkSession, local: LocalAws, work: str, expect: int) 
         sink(df, info)  # one parquet file per (stream, shard, first, last): replays are no-ops
         written += info.records
         if written >= expect:
-            done.set()
+            loop.call_soon_threadsafe(done.set)
 
     consumer = Consumer(
         stream_name=STREAM,
         application_name=TABLE,  # the same lease table: start where the Spark source stopped
         processor=SparkProcessor.factory(spark, write),
         config=ConsumerConfig(initial_position="TRIM_HORIZON", failover_time=5.0),
-        client_options=local.client_options(),
+        client_options=client_options(endpoint),
     )
     async with consumer:
         await asyncio.wait_for(done.wait(), 120)
 
 
 def main() -> None:
-    with moto_process() as local, tempfile.TemporaryDirectory() as work:
-        asyncio.run(produce(local, 0, 2000, create=True))
-        spark = spark_session()
-        spark_source(spark, local, work)
-        asyncio.run(produce(local, 2000, 500))
-        asyncio.run(workers(spark, local, work, 500))
-        a = spark.read.parquet(os.path.join(work, "from-source")).count()
-        b = spark.read.parquet(os.path.join(work, "from-workers")).count()
-        print(f"Spark source wrote {a} rows; kclasync workers wrote {b} rows; total {a + b}")
-        spark.stop()
-        assert (a, b) == (2000, 500), "a record was lost or read twice"
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            asyncio.run(create_stream(endpoint))
+            spark = spark_session()
+            put(spark, endpoint, 0, 2000)
+            spark_source(spark, endpoint, work)
+            put(spark, endpoint, 2000, 500)
+            asyncio.run(workers(spark, endpoint, work, 500))
+            a = spark.read.parquet(os.path.join(work, "from-source")).count()
+            b = spark.read.parquet(os.path.join(work, "from-workers")).count()
+            print(f"Spark source wrote {a} rows; kclasync workers wrote {b} rows; total {a + b}")
+            spark.stop()
+            assert (a, b) == (2000, 500), "a record was lost or read twice"
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,14 @@
 
 Owns: turning an offset position into a shard iterator, the GetRecords loop that stops at a
 quota, a time limit, an arrival-time cutoff or when caught up, replaying a recorded range exactly,
-retries on throttling and expired iterators, and the cheap driver-side probe for new records.
+retries on throttling and expired iterators, KPL de-aggregation (``kclasync._core.kpl``, as the
+workers do: user records share their aggregate's sequence number and are told apart by their
+sub-sequence number), noticing records trimmed away before they were read (data loss), and the
+cheap driver-side probe for new records.
+
+A sequence position ``<seq>`` or ``<seq>/<sub>`` means "after user record (seq, sub)", exactly
+like a lease checkpoint: the read starts AT_SEQUENCE_NUMBER ``seq`` and skips what is not after
+it, so a batch may end inside an aggregate and the next one resumes at the following user record.
 Must not: import pyspark, or decide which shards to read (``kclasync.spark.offsets``).
 Executors call this with ``asyncio.run`` (Spark's Python workers are synchronous).
 """
@@ -10,6 +17,8 @@ Executors call this with ``asyncio.run`` (Spark's Python workers are synchronous
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Sequence
 from datetime import datetime
 
 import attrs
@@ -23,11 +32,27 @@ from kclasync._adapters.protocols import (
     StartingPosition,
     StreamClient,
 )
+from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
 from kclasync._records import Record
 from kclasync._runtime.shard_cursor import ShardCursor
-from kclasync.spark.offsets import AT_TIMESTAMP, SHARD_END, TRIM_HORIZON, ShardProgress
+from kclasync.errors import KclAsyncError
+from kclasync.spark.offsets import (
+    AT_TIMESTAMP,
+    SHARD_END,
+    TRIM_HORIZON,
+    ShardProgress,
+    format_position,
+    parse_position,
+)
 
-__all__ = ["AwsOptions", "ShardRead", "has_new_records", "read_shard"]
+__all__ = ["AwsOptions", "DataLossError", "ShardRead", "expand", "has_new_records", "read_shard"]
+
+log = logging.getLogger("kclasync.spark")
+
+
+class DataLossError(KclAsyncError):
+    """Records between a batch's start and the first readable record are gone (trimmed by the
+    stream's retention) and ``failOnDataLoss`` is true."""
 
 
 #: GetRecords' largest page.
@@ -74,9 +99,63 @@ def starting_position(position: str, timestamp: datetime | None) -> StartingPosi
         if timestamp is None:
             raise ValueError("an AT_TIMESTAMP position needs the offset's timestamp")
         return StartingPosition(IteratorType.AT_TIMESTAMP, timestamp=timestamp)
-    if not position.isdigit():
-        raise ValueError(f"not a shard position: {position!r}")
-    return StartingPosition(IteratorType.AFTER_SEQUENCE_NUMBER, position)
+    seq, _ = parse_position(position)
+    return StartingPosition(IteratorType.AT_SEQUENCE_NUMBER, seq)
+
+
+def expand(records: Sequence[Record]) -> tuple[list[Record], int]:
+    """KPL aggregates unpacked into their user records, and how many aggregates were malformed
+    (delivered whole, as the workers do)."""
+    out: list[Record] = []
+    malformed = 0
+    for record in records:
+        if not is_aggregated(record.data):
+            out.append(record)
+            continue
+        try:
+            users = deaggregate(record.data)
+        except KplFormatError as exc:
+            malformed += 1
+            log.warning(
+                "record %s on shard %s has the KPL magic bytes but is malformed (%s); "
+                "delivering it as one ordinary record",
+                record.sequence_number,
+                record.shard_id,
+                exc,
+            )
+            out.append(record)
+            continue
+        out.extend(
+            attrs.evolve(record, data=u.data, partition_key=u.partition_key, sub_sequence_number=i)
+            for i, u in enumerate(users)
+        )
+    return out, malformed
+
+
+class _After:
+    """Drops user records at or before a sequence position, and checks that the position's
+    own record was still there (else the records up to the first one seen were trimmed)."""
+
+    def __init__(self, position: str) -> None:
+        self.after: tuple[int, int] | None = None
+        if position not in (TRIM_HORIZON, AT_TIMESTAMP, SHARD_END):
+            seq, sub = parse_position(position)
+            self.after = (int(seq), sub)
+        self.checked = self.after is None
+        self.lost: str | None = None
+
+    def __call__(self, fetched: Sequence[Record]) -> list[Record]:
+        users, _ = expand(fetched)
+        if self.after is None or not fetched:
+            return users
+        if not self.checked:
+            self.checked = True
+            first = fetched[0].sequence_number
+            if int(first) != self.after[0]:
+                self.lost = first
+        after = self.after
+        self.after = None  # AT_SEQUENCE_NUMBER repeats only the start's own record
+        return [r for r in users if r.position > after]
 
 
 def _cursor(
@@ -107,11 +186,12 @@ async def read_shard(
     max_seconds: float = 10.0,
     idle_interval: float = 0.2,
     replay: ShardProgress | None = None,
+    fail_on_data_loss: bool = True,
 ) -> ShardRead:
     """Read ``shard_id`` from ``start`` for one batch.
 
-    A first read stops at ``quota`` records, after ``max_seconds``, at the first record that
-    arrived after ``until``, at SHARD_END, or when caught up (an empty page with nothing
+    A first read stops at ``quota`` user records, after ``max_seconds``, at the first record
+    that arrived after ``until``, at SHARD_END, or when caught up (an empty page with nothing
     behind). With ``replay`` (the progress an earlier attempt recorded), it reads exactly that
     many records again and returns ``replay`` as the progress.
     """
@@ -119,6 +199,7 @@ async def read_shard(
     if position is None:
         return ShardRead([], replay or ShardProgress(0, SHARD_END, ended=True))
     cursor = _cursor(client, stream, shard_id, position)
+    after = _After(start)
     records: list[Record] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_seconds
@@ -127,17 +208,22 @@ async def read_shard(
     children: tuple[ChildShard, ...] = ()
     while len(records) < want:
         try:
-            result = await cursor.next(min(MAX_PAGE, want - len(records)))
+            result = await cursor.next(min(MAX_PAGE, want - len(records) + 1))
         except ShardNotFoundError:
             result = GetRecordsResult([], None)
-        page = list(result.records)
+        page = after(result.records)
+        if after.lost is not None and (replay is None or replay.lost is None):
+            _data_loss(stream, shard_id, start, after.lost, fail_on_data_loss)
+        cut = False
         if replay is None:
             for i, record in enumerate(page):
                 if _arrived_after(record, until):
-                    page = page[:i]
+                    page, cut = page[:i], True
                     break
         records.extend(page[: want - len(records)])
-        if replay is None and len(page) < len(result.records):
+        if len(records) >= want:
+            break  # the quota (possibly inside an aggregate)
+        if cut:
             break  # the cutoff: the rest of the shard is for a later run
         if result.shard_ended:
             ended, children = True, result.child_shards
@@ -152,21 +238,33 @@ async def read_shard(
             break
         if not result.records:
             await asyncio.sleep(idle_interval)
-    else:
-        more = replay is None
+    if replay is None and len(records) >= want and not ended:
+        more = True
+    end = format_position(records[-1]) if records else start
     if replay is not None:
-        last = records[-1].sequence_number if records else start
-        if len(records) != replay.records or (records and last != replay.end):
+        if len(records) != replay.records or (records and end != replay.end):
             raise RuntimeError(
                 f"cannot replay batch of {stream}/{shard_id} from {start}: recorded "
                 f"{replay.records} records up to {replay.end}, found {len(records)} up to "
-                f"{last} (records trimmed by the stream's retention?)"
+                f"{end} (records trimmed by the stream's retention?)"
             )
         return ShardRead(records, replay)
-    end = records[-1].sequence_number if records else start
     return ShardRead(
-        records, ShardProgress(len(records), end, ended=ended, more=more, children=children)
+        records,
+        ShardProgress(
+            len(records), end, ended=ended, more=more, children=children, lost=after.lost
+        ),
     )
+
+
+def _data_loss(stream: str, shard_id: str, start: str, first: str, fail: bool) -> None:
+    text = (
+        f"records of {stream}/{shard_id} after {start} are gone (trimmed by the stream's "
+        f"retention?): the first readable record is {first}"
+    )
+    if fail:
+        raise DataLossError(f"{text}; set failOnDataLoss=false to carry on from there")
+    log.warning("%s; carrying on from there (failOnDataLoss=false)", text)
 
 
 async def has_new_records(
@@ -179,17 +277,21 @@ async def has_new_records(
     until: datetime | None = None,
 ) -> bool:
     """Whether a batch would read anything from ``start``: a record (that arrived by
-    ``until``) or the shard's end. One GetShardIterator and one GetRecords of one record."""
+    ``until``), the shard's end, or a gap. One GetShardIterator and one small GetRecords."""
     position = starting_position(start, timestamp)
     if position is None:
         return False
     cursor = _cursor(client, stream, shard_id, position)
+    after = _After(start)
     try:
-        result = await cursor.next(1)
+        result = await cursor.next(2)
     except ShardNotFoundError:
         return True  # the shard is gone: a batch records its end
-    if result.shard_ended:
+    page = after(result.records)
+    if page:
+        return not _arrived_after(page[0], until)
+    if result.shard_ended or after.lost is not None:
         return True
-    if not result.records:
-        return bool(result.millis_behind_latest)  # a gap in the shard: let a batch step over it
-    return bool(result.records) and not _arrived_after(result.records[0], until)
+    if len(result.records) > 1 or (result.records and result.millis_behind_latest):
+        return True  # more behind the start's own record
+    return not result.records and bool(result.millis_behind_latest)  # a gap: step over it

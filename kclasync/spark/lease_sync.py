@@ -17,7 +17,7 @@ from kclasync._adapters.protocols import LeaseStore
 from kclasync._core.lease import Lease
 from kclasync._core.position import Checkpoint
 from kclasync.errors import KclAsyncError
-from kclasync.spark.offsets import AT_TIMESTAMP, ShardPosition
+from kclasync.spark.offsets import AT_TIMESTAMP, ShardPosition, checkpoint_of
 
 __all__ = ["SPARK_OWNER_PREFIX", "LeaseHeldError", "read_positions", "write_positions"]
 
@@ -39,7 +39,7 @@ async def read_positions(store: LeaseStore) -> dict[str, ShardPosition]:
         if ":" in lease.key:
             continue  # a multi-stream key: not written by or for one source
         value = lease.checkpoint.value
-        position = AT_TIMESTAMP if value == "LATEST" else value
+        position = AT_TIMESTAMP if value == "LATEST" else str(lease.checkpoint)
         out[lease.key] = ShardPosition(position, tuple(sorted(lease.parent_shard_ids)))
     return out
 
@@ -61,7 +61,7 @@ async def write_positions(store: LeaseStore, state: Mapping[str, ShardPosition],
     written = 0
     for shard_id in sorted(state):
         pos = state[shard_id]
-        checkpoint = Checkpoint(pos.position)
+        checkpoint = checkpoint_of(pos.position)
         existing = by_key.get(shard_id)
         if existing is None:
             lease = Lease(

@@ -31,6 +31,7 @@ from kclasync._core.shard_lineage import (
     parents_finished,
     plan_new_leases,
 )
+from kclasync._records import Record
 
 __all__ = [
     "OFFSET_VERSION",
@@ -39,7 +40,10 @@ __all__ = [
     "SourceOffset",
     "add_new_shards",
     "allocate_quotas",
+    "checkpoint_of",
+    "format_position",
     "initial_positions",
+    "parse_position",
     "readable_shards",
     "state_after",
 ]
@@ -57,6 +61,29 @@ def _position_of(checkpoint: Checkpoint) -> str:
     if checkpoint.sentinel is Sentinel.LATEST:
         return AT_TIMESTAMP
     return checkpoint.value
+
+
+def parse_position(position: str) -> tuple[str, int]:
+    """``<seq>`` or ``<seq>/<sub>`` (after user record ``sub`` of record ``seq``) as a pair."""
+    seq, _, sub = position.partition("/")
+    if not seq.isdigit() or (sub and not sub.isdigit()):
+        raise ValueError(f"not a shard position: {position!r}")
+    return seq, int(sub or 0)
+
+
+def format_position(record: Record) -> str:
+    """The position after ``record`` (a lease checkpoint's text form)."""
+    if record.sub_sequence_number:
+        return f"{record.sequence_number}/{record.sub_sequence_number}"
+    return record.sequence_number
+
+
+def checkpoint_of(position: str) -> Checkpoint:
+    """A position as a lease checkpoint (sentinels stay sentinels)."""
+    if position.split("/")[0].isdigit():
+        seq, sub = parse_position(position)
+        return Checkpoint(seq, sub)
+    return Checkpoint(position)
 
 
 @attrs.frozen
@@ -131,7 +158,8 @@ class ShardProgress:
     ``end`` is the position after the batch (the last record's sequence number, or the start
     position when nothing was read); ``ended`` means the shard reached SHARD_END (``children``
     from GetRecords' ChildShards); ``more`` means the read stopped at its quota or time limit
-    rather than because it caught up.
+    rather than because it caught up; ``lost`` is the first record read when the records after
+    the start were gone (trimmed) and the read carried on (``failOnDataLoss=false``).
     """
 
     records: int
@@ -139,6 +167,7 @@ class ShardProgress:
     ended: bool = False
     more: bool = False
     children: tuple[ChildShard, ...] = ()
+    lost: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -149,6 +178,7 @@ class ShardProgress:
             "children": [
                 {"shard": c.shard_id, "parents": list(c.parent_shard_ids)} for c in self.children
             ],
+            **({"lost": self.lost} if self.lost is not None else {}),
         }
 
     @classmethod
@@ -162,6 +192,7 @@ class ShardProgress:
                 ChildShard(str(c["shard"]), tuple(c.get("parents", ())))
                 for c in raw.get("children", ())
             ),
+            lost=raw.get("lost"),
         )
 
 
@@ -170,7 +201,9 @@ class ShardProgress:
 
 def _lease(shard_id: str, pos: ShardPosition) -> Lease:
     return Lease(
-        key=shard_id, checkpoint=Checkpoint(pos.position), parent_shard_ids=frozenset(pos.parents)
+        key=shard_id,
+        checkpoint=checkpoint_of(pos.position),
+        parent_shard_ids=frozenset(pos.parents),
     )
 
 

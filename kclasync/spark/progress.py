@@ -1,8 +1,10 @@
 """Where executors record how far each shard was read in each batch of the Spark source.
 
-Owns: the ``ProgressStore`` (a directory that the driver and every executor can reach: local disk
-in local mode, a shared mount on a cluster), its create-if-absent write, reads and pruning.
-Layout: ``<root>/<run>/<batch>/<shardId>.json``.
+Owns: the ``ProgressStore`` contract (get, get a batch, create-if-absent claim, prune) and its
+directory implementation ``FileProgressStore`` (``<root>/<run>/<batch>/<shardId>.json``, for a
+directory the driver and every executor share), plus ``open_progress_store``, which picks the
+directory store when ``metadataPath`` is set and the DynamoDB store
+(``kclasync.spark.progress_dynamodb``) otherwise.
 Must not: import pyspark or decide anything about batches (``kclasync.spark.offsets`` does).
 """
 
@@ -13,19 +15,41 @@ import json
 import os
 import shutil
 import uuid
+from typing import Protocol
 
+from kclasync.spark.fetch import AwsOptions
 from kclasync.spark.offsets import ShardProgress
 
-__all__ = ["ProgressStore"]
+__all__ = ["FileProgressStore", "ProgressStore", "open_progress_store"]
 
 
-class ProgressStore:
+class ProgressStore(Protocol):
     """Per-(run, batch, shard) progress records; the first record written for a key wins."""
 
+    async def get(self, run: str, batch: int, shard_id: str) -> ShardProgress | None: ...
+
+    async def get_batch(
+        self, run: str, batch: int, shard_ids: list[str]
+    ) -> dict[str, ShardProgress]: ...
+
+    async def claim(
+        self, run: str, batch: int, shard_id: str, progress: ShardProgress
+    ) -> ShardProgress:
+        """Record ``progress`` unless a record exists; returns the record that holds."""
+        ...
+
+    async def prune(self, run: str, keep_from: int) -> int:
+        """Delete the records of batches before ``keep_from``; returns how many went."""
+        ...
+
+
+class FileProgressStore:
+    """Progress records as files under a directory every executor reaches at the same path."""
+
     def __init__(self, root: str) -> None:
-        if not root:
-            raise ValueError("the progress store needs a directory")
-        self.root = os.path.abspath(root)
+        if not root or not os.path.isabs(root):
+            raise ValueError(f"the progress directory must be an absolute path, got {root!r}")
+        self.root = root
 
     def _dir(self, run: str, batch: int) -> str:
         return os.path.join(self.root, run, str(batch))
@@ -33,28 +57,35 @@ class ProgressStore:
     def _path(self, run: str, batch: int, shard_id: str) -> str:
         return os.path.join(self._dir(run, batch), f"{shard_id}.json")
 
-    def get(self, run: str, batch: int, shard_id: str) -> ShardProgress | None:
+    def _get(self, run: str, batch: int, shard_id: str) -> ShardProgress | None:
         try:
             with open(self._path(run, batch, shard_id), encoding="utf-8") as f:
                 return ShardProgress.from_json(json.load(f))
         except FileNotFoundError:
             return None
 
-    def get_batch(self, run: str, batch: int, shard_ids: list[str]) -> dict[str, ShardProgress]:
+    async def get(self, run: str, batch: int, shard_id: str) -> ShardProgress | None:
+        return self._get(run, batch, shard_id)
+
+    async def get_batch(
+        self, run: str, batch: int, shard_ids: list[str]
+    ) -> dict[str, ShardProgress]:
         out = {}
         for shard_id in shard_ids:
-            rec = self.get(run, batch, shard_id)
+            rec = self._get(run, batch, shard_id)
             if rec is not None:
                 out[shard_id] = rec
         return out
 
-    def claim(self, run: str, batch: int, shard_id: str, progress: ShardProgress) -> ShardProgress:
-        """Record ``progress`` unless a record exists; returns the record that holds.
+    async def claim(
+        self, run: str, batch: int, shard_id: str, progress: ShardProgress
+    ) -> ShardProgress:
+        return self._claim(run, batch, shard_id, progress)
 
-        The file is written in full under a temporary name and then hard-linked to its final
+    def _claim(self, run: str, batch: int, shard_id: str, progress: ShardProgress) -> ShardProgress:
+        """The file is written in full under a temporary name and then hard-linked to its final
         name, which fails if the name exists: readers never see half a record, and of two task
-        attempts racing on one shard exactly one wins.
-        """
+        attempts racing on one shard exactly one wins."""
         directory = self._dir(run, batch)
         os.makedirs(directory, exist_ok=True)
         final = self._path(run, batch, shard_id)
@@ -66,17 +97,36 @@ class ProgressStore:
         try:
             os.link(tmp, final)
         except FileExistsError:
-            existing = self.get(run, batch, shard_id)
+            existing = self._get(run, batch, shard_id)
             assert existing is not None
             return existing
         finally:
             os.unlink(tmp)
         return progress
 
-    def prune(self, run: str, keep_from: int) -> None:
-        """Delete the records of batches before ``keep_from`` (Spark will not replay them)."""
+    async def prune(self, run: str, keep_from: int) -> int:
         run_dir = os.path.join(self.root, run)
+        removed = 0
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(run_dir):
                 if name.lstrip("-").isdigit() and int(name) < keep_from:
-                    shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
+                    path = os.path.join(run_dir, name)
+                    removed += len(os.listdir(path))
+                    shutil.rmtree(path, ignore_errors=True)
+        return removed
+
+
+async def open_progress_store(
+    stack: contextlib.AsyncExitStack,
+    aws: AwsOptions,
+    metadata_path: str | None,
+    table: str,
+) -> ProgressStore:
+    """The store the options name: a directory (``metadataPath``) or a DynamoDB table whose
+    client is closed with ``stack``."""
+    if metadata_path:
+        return FileProgressStore(metadata_path)
+    from kclasync.spark.progress_dynamodb import DynamoProgressStore
+
+    client = await stack.enter_async_context(aws.client_options().create_client("dynamodb"))
+    return DynamoProgressStore(client, table)

@@ -11,9 +11,11 @@ Must not: touch leases or checkpoints other than through the ``Checkpointer`` it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -142,15 +144,45 @@ def _as_table(batch: Any) -> Any:
 class ParquetSink:
     """Writes each batch to ``<path>/stream=<stream>/shardId=<shard>/<first>-<last>.parquet``.
 
-    Spark writes the batch into a scratch directory under ``<path>/_staging``; its one part
-    file is then renamed to the final name, which is atomic on one filesystem: a batch file
-    exists whole or not at all. ``spark.read.parquet(path)`` reads everything, with ``stream``
-    and ``shardId`` as partition columns. ``last_written`` lets ``SparkProcessor`` skip
-    records a crashed worker wrote but did not checkpoint.
+    Spark writes the batch into a scratch directory under ``<path>/.staging`` (hidden, so
+    neither Spark's reader nor a ``**/*.parquet`` glob sees it); its one part file is then
+    renamed to the final name, which is atomic on one filesystem: a batch file exists whole or
+    not at all. ``spark.read.parquet(path)`` reads everything, with ``stream`` and ``shardId``
+    as partition columns. ``last_written`` lets ``SparkProcessor`` skip records a crashed
+    worker wrote but did not checkpoint.
+
+    A worker that dies mid-write leaves its scratch directory behind. A new sink removes
+    scratch directories untouched for ``stale_after`` seconds (default 10 minutes; one
+    batch's write takes far less, so a live worker's are kept) when it is created;
+    ``cleaned`` says how many.
     """
 
-    def __init__(self, path: str) -> None:
+    STAGING = ".staging"
+    #: The scratch directory's name before it was hidden; cleaned the same way.
+    OLD_STAGING = "_staging"
+
+    def __init__(self, path: str, *, stale_after: float = 600.0) -> None:
         self.path = os.path.abspath(path)
+        self.cleaned = self.clean_staging(stale_after)
+
+    def clean_staging(self, stale_after: float) -> int:
+        """Remove scratch directories not modified for ``stale_after`` seconds."""
+        now = time.time()
+        removed = 0
+        for name in (self.STAGING, self.OLD_STAGING):
+            root = os.path.join(self.path, name)
+            for entry in _listdir(root):
+                scratch = os.path.join(root, entry)
+                try:
+                    age = now - _newest_mtime(scratch)
+                except FileNotFoundError:
+                    continue
+                if age >= stale_after:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                    removed += 1
+            with contextlib.suppress(OSError):
+                os.rmdir(root)  # only when empty
+        return removed
 
     def _shard_dir(self, stream: str, shard_id: str) -> str:
         return os.path.join(self.path, f"stream={stream}", f"shardId={shard_id}")
@@ -160,7 +192,7 @@ class ParquetSink:
         final = os.path.join(directory, f"{info.first_sequence}-{info.last_sequence}.parquet")
         if os.path.exists(final):
             return  # written before a crash, not checkpointed: nothing to do
-        staging = os.path.join(self.path, "_staging", uuid.uuid4().hex)
+        staging = os.path.join(self.path, self.STAGING, uuid.uuid4().hex)
         try:
             df.drop("stream", "shardId").coalesce(1).write.parquet(staging)
             parts = glob.glob(os.path.join(staging, "part-*.parquet"))
@@ -178,6 +210,15 @@ class ParquetSink:
             if name.endswith(".parquet") and "-" in name
         ]
         return str(max(ends)) if ends else None
+
+
+def _newest_mtime(path: str) -> float:
+    newest = os.stat(path).st_mtime
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            with contextlib.suppress(FileNotFoundError):
+                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)
+    return newest
 
 
 def _listdir(path: str) -> list[str]:

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -33,10 +33,11 @@ from pyspark.sql.streaming.datasource import (
 
 from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._adapters.kinesis import KinesisStreamClient
-from kclasync._core.position import InitialPosition, InitialPositionKind
+from kclasync._core.position import InitialPositionKind
 from kclasync._core.shard import Shard
-from kclasync.errors import ConfigError
-from kclasync.spark.fetch import AwsOptions, has_new_records, read_shard
+from kclasync.spark.checks import check_sink, check_source
+from kclasync.spark.fetch import has_new_records, read_shard
+from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter, check_columns
 from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions
 from kclasync.spark.offsets import (
     ShardPosition,
@@ -47,7 +48,8 @@ from kclasync.spark.offsets import (
     readable_shards,
     state_after,
 )
-from kclasync.spark.progress import ProgressStore
+from kclasync.spark.options import SinkOptions, SourceOptions
+from kclasync.spark.progress import ProgressStore, open_progress_store
 from kclasync.spark.schema import SCHEMA_DDL, records_to_arrow
 
 __all__ = ["KinesisDataSource", "KinesisStreamReader", "ShardPartition", "SourceOptions"]
@@ -58,88 +60,6 @@ T = TypeVar("T")
 
 #: Rows per Arrow batch handed to Spark.
 ARROW_CHUNK = 4096
-
-
-def _int_option(options: Mapping[str, str], name: str, default: int | None) -> int | None:
-    raw = options.get(name.lower())
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be an integer, got {raw!r}") from None
-    if value < 1:
-        raise ConfigError(name, f"must be at least 1, got {value}")
-    return value
-
-
-def _float_option(options: Mapping[str, str], name: str, default: float) -> float:
-    raw = options.get(name.lower())
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a number, got {raw!r}") from None
-    if value < 0:
-        raise ConfigError(name, f"must not be negative, got {value}")
-    return value
-
-
-@attrs.frozen
-class SourceOptions:
-    """The source's options, parsed once on the driver (picklable, sent to executors)."""
-
-    stream_name: str
-    metadata_path: str
-    starting_position: InitialPosition
-    aws: AwsOptions
-    max_records_per_shard: int = 10_000
-    max_records_per_batch: int | None = None
-    max_fetch_seconds: float = 10.0
-    shard_list_interval: float = 10.0
-    lease_table: str | None = None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
-        stream = opts.get("streamname", "")
-        if not stream:
-            raise ConfigError("streamName", "is required: .option('streamName', 'orders')")
-        metadata = opts.get("metadatapath", "")
-        if not metadata:
-            raise ConfigError(
-                "metadataPath",
-                "is required: a directory the driver and every executor can reach, where "
-                "executors record how far each shard was read in each batch",
-            )
-        try:
-            start = InitialPosition.parse(opts.get("startingposition", "LATEST"))
-        except ValueError as exc:
-            raise ConfigError("startingPosition", str(exc)) from None
-        per_shard = _int_option(opts, "maxRecordsPerShard", 10_000)
-        assert per_shard is not None
-        endpoint = opts.get("endpointurl") or None
-        return cls(
-            stream_name=stream,
-            metadata_path=metadata,
-            starting_position=start,
-            aws=AwsOptions(
-                region_name=opts.get("region") or None,
-                endpoint_url=endpoint,
-                dynamodb_endpoint_url=opts.get("dynamodbendpointurl") or None,
-                aws_access_key_id=opts.get("awsaccesskeyid") or None,
-                aws_secret_access_key=opts.get("awssecretkey")
-                or opts.get("awssecretaccesskey")
-                or None,
-                aws_session_token=opts.get("awssessiontoken") or None,
-            ),
-            max_records_per_shard=per_shard,
-            max_records_per_batch=_int_option(opts, "maxRecordsPerBatch", None),
-            max_fetch_seconds=_float_option(opts, "maxFetchTimePerShardSec", 10.0),
-            shard_list_interval=_float_option(opts, "shardListIntervalSec", 10.0),
-            lease_table=opts.get("leasetable") or None,
-        )
 
 
 class ShardPartition(InputPartition):
@@ -181,12 +101,17 @@ class _DriverIO:
         self._stack = contextlib.AsyncExitStack()
         self.kinesis: KinesisStreamClient | None = None
         self.leases: DynamoLeaseStore | None = None
+        self.progress: ProgressStore | None = None
         self.run(self._open)
 
     async def _open(self) -> None:
         client_options = self._options.aws.client_options()
         kinesis = await self._stack.enter_async_context(client_options.create_client("kinesis"))
         self.kinesis = KinesisStreamClient(kinesis)
+        opts = self._options
+        self.progress = await open_progress_store(
+            self._stack, opts.aws, opts.metadata_path, opts.progress_table
+        )
         if self._options.lease_table:
             ddb = await self._stack.enter_async_context(client_options.create_client("dynamodb"))
             self.leases = DynamoLeaseStore(ddb, self._options.lease_table)
@@ -207,8 +132,9 @@ class _DriverIO:
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets per shard; children after their parents' SHARD_END; one partition per shard."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, latest_at: datetime | None = None) -> None:
         self.options = options
+        self.latest_at = latest_at
         self._io: _DriverIO | None = None
         self._listed: list[Shard] | None = None
         self._listed_at = float("-inf")
@@ -233,6 +159,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert kinesis is not None
         return kinesis
 
+    def _progress(self) -> ProgressStore:
+        progress = self._driver.progress
+        assert progress is not None
+        return progress
+
     def _listing(self, force: bool = False) -> list[Shard] | None:
         """The stream's shards, listed again at most every ``shardListIntervalSec``."""
         now = time.monotonic()
@@ -252,7 +183,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = self.options.starting_position
         when = start.timestamp
         if start.kind is InitialPositionKind.LATEST:
-            when = datetime.now(UTC)  # LATEST is pinned to the query's start, see offsets.py
+            # LATEST is pinned to when load() defined the DataFrame (see offsets.py); with a
+            # schema given by the user load() does not ask, so to this first planning.
+            when = self.latest_at or datetime.now(UTC)
         positions: dict[str, ShardPosition] = {}
         store = self._driver.leases
         if store is not None:
@@ -286,11 +219,12 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         offset = SourceOffset.from_json(start)
-        progress = ProgressStore(self.options.metadata_path)
+        progress = self._progress()
         read_ids = [sid for sid, pos in offset.shards.items() if pos.quota > 0]
-        state, read = state_after(offset, progress.get_batch(offset.run, offset.batch, read_ids))
+        recorded = self._driver.run(lambda: progress.get_batch(offset.run, offset.batch, read_ids))
+        state, read = state_after(offset, recorded)
         self._sync_lease_table(offset.run, state)
-        progress.prune(offset.run, offset.batch)
+        self._driver.run(lambda: progress.prune(offset.run, offset.batch))
         state = add_new_shards(
             state,
             self.options.starting_position,
@@ -377,7 +311,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         offset = SourceOffset.from_json(end)
-        ProgressStore(self.options.metadata_path).prune(offset.run, offset.batch)
+        progress = self._progress()
+        self._driver.run(lambda: progress.prune(offset.run, offset.batch))
 
     def stop(self) -> None:
         if self._io is not None:
@@ -387,41 +322,75 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def read_partition(p: ShardPartition) -> list[Any]:
     """Read one shard of one batch on an executor; the same records on every replay."""
-    store = ProgressStore(p.options.metadata_path)
-    recorded = store.get(p.run, p.batch, p.shard_id)
+    opts = p.options
 
-    async def fetch(replay: Any) -> Any:
-        async with p.options.aws.client_options().create_client("kinesis") as client:
-            return await read_shard(
-                KinesisStreamClient(client),
-                p.options.stream_name,
-                p.shard_id,
-                p.start,
-                quota=p.quota,
-                timestamp=_time(p.timestamp),
-                until=_time(p.until),
-                max_seconds=p.options.max_fetch_seconds,
-                replay=replay,
+    async def go() -> list[Any]:
+        async with contextlib.AsyncExitStack() as stack:
+            store = await open_progress_store(
+                stack, opts.aws, opts.metadata_path, opts.progress_table
             )
+            client = await stack.enter_async_context(
+                opts.aws.client_options().create_client("kinesis")
+            )
+            kinesis = KinesisStreamClient(client)
 
-    result = asyncio.run(fetch(recorded))
-    if recorded is None:
-        # Record where this batch stops before Spark sees a row; a racing attempt may have won.
-        claimed = store.claim(p.run, p.batch, p.shard_id, result.progress)
-        if claimed != result.progress:
-            result = asyncio.run(fetch(claimed))
-    return list(result.records)
+            async def fetch(replay: Any) -> Any:
+                return await read_shard(
+                    kinesis,
+                    opts.stream_name,
+                    p.shard_id,
+                    p.start,
+                    quota=p.quota,
+                    timestamp=_time(p.timestamp),
+                    until=_time(p.until),
+                    max_seconds=opts.max_fetch_seconds,
+                    replay=replay,
+                    fail_on_data_loss=opts.fail_on_data_loss,
+                )
+
+            recorded = await store.get(p.run, p.batch, p.shard_id)
+            result = await fetch(recorded)
+            if recorded is None:
+                # Record where this batch stops before Spark sees a row; a racing attempt may
+                # have won.
+                claimed = await store.claim(p.run, p.batch, p.shard_id, result.progress)
+                if claimed != result.progress:
+                    result = await fetch(claimed)
+            return list(result.records)
+
+    return asyncio.run(go())
 
 
 class KinesisDataSource(DataSource):
-    """``spark.readStream.format("kinesis")``; register with ``kclasync.spark.register(spark)``."""
+    """``format("kinesis")``: a streaming source, and a batch and streaming sink; register with
+    ``kclasync.spark.register(spark)``."""
 
     @classmethod
     def name(cls) -> str:
         return "kinesis"
 
     def schema(self) -> str:
+        # Called by ``load()`` on the driver: bad options, a missing stream or an endpoint that
+        # cannot be reached fail here, before any query starts. Spark keeps this instance
+        # (pickled) for the query, so the moment LATEST stands for is taken here too.
+        self.loaded_at = datetime.now(UTC)
+        check_source(SourceOptions.parse(self.options))
         return SCHEMA_DDL
 
     def streamReader(self, schema: Any) -> KinesisStreamReader:
-        return KinesisStreamReader(SourceOptions.parse(self.options))
+        latest_at: datetime | None = getattr(self, "loaded_at", None)
+        return KinesisStreamReader(SourceOptions.parse(self.options), latest_at)
+
+    def _sink(self, schema: Any) -> SinkOptions:
+        # Called on the driver by ``save()`` / ``start()``: bad options, missing columns, a
+        # missing stream or an unreachable endpoint fail here, before any row is written.
+        options = SinkOptions.parse(self.options)
+        check_columns(options, list(schema.fieldNames()))
+        check_sink(options)
+        return options
+
+    def writer(self, schema: Any, overwrite: bool) -> KinesisBatchWriter:
+        return KinesisBatchWriter(self._sink(schema))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> KinesisStreamWriter:
+        return KinesisStreamWriter(self._sink(schema))

@@ -38,3 +38,11 @@ def spark() -> Iterator[Any]:
     sys.stderr.write(f"\nSpark session started in {time.monotonic() - started:.1f}s\n")
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The first Spark test also pays for the session's start (5-80 s on a busy machine).
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.path).startswith(here) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(400))

@@ -40,7 +40,7 @@ def source_options(local: LocalAws, stream: str, tmp: pathlib.Path, **extra: Any
         "awsAccessKeyId": "testing",
         "awsSecretKey": "testing",
         "startingPosition": "TRIM_HORIZON",
-        "metadataPath": str(tmp / "progress"),
+        "dynamodbEndpointUrl": local.endpoint_url,
         "shardListIntervalSec": "0",
         "maxFetchTimePerShardSec": "5",
     }

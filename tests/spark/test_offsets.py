@@ -1,9 +1,7 @@
-"""Batch planning of the Spark source without Spark: offsets, lineage gating, read limits, and
-the progress store's first-writer-wins records."""
+"""Batch planning of the Spark source without Spark: offsets, lineage gating, read limits
+(the progress stores are tested in test_progress.py)."""
 
 from __future__ import annotations
-
-import pathlib
 
 import pytest
 
@@ -20,7 +18,6 @@ from kclasync.spark.offsets import (
     readable_shards,
     state_after,
 )
-from kclasync.spark.progress import ProgressStore
 
 HALF = 1 << 127
 P = Shard("p", hash_range=HashRange(0, HALF - 1), ending_sequence="9")
@@ -99,15 +96,3 @@ def test_quotas_respect_both_limits_and_rotate() -> None:
         set(allocate_quotas(["a", "b", "c"], per_shard=9, per_batch=1, batch=b)) for b in range(3)
     ]
     assert picked == [{"a"}, {"b"}, {"c"}]
-
-
-def test_the_first_progress_record_wins(tmp_path: pathlib.Path) -> None:
-    store = ProgressStore(str(tmp_path))
-    first = ShardProgress(10, "42", more=True)
-    assert store.claim("r", 0, "p", first) == first
-    assert store.claim("r", 0, "p", ShardProgress(12, "44")) == first
-    assert store.get("r", 0, "p") == first
-    store.claim("r", 1, "p", ShardProgress(1, "45"))
-    store.prune("r", 1)
-    assert store.get("r", 0, "p") is None
-    assert store.get("r", 1, "p") is not None

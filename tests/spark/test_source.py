@@ -80,3 +80,25 @@ def test_restart_after_failed_batch_loses_and_duplicates_nothing(
     got = [r[0] for r in spark.read.parquet(str(out)).select(id_column()).collect()]
     assert len(got) == len(ids) + len(more)
     assert set(got) == set(ids) | set(more)
+
+
+def test_latest_is_pinned_when_load_defines_the_dataframe(
+    spark: Any, moto: LocalAws, unique_name: str, tmp_path: pathlib.Path
+) -> None:
+    before = create_and_produce(moto, unique_name, 2, 100)
+    opts = source_options(moto, unique_name, tmp_path, startingPosition="LATEST")
+    df = spark.readStream.format("kinesis").options(**opts).load()
+    # Written after load() and before start(): read, not skipped.
+    after = produce(moto, unique_name, 100, 150)
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    got = [r[0] for r in spark.read.parquet(str(tmp_path / "out")).select(id_column()).collect()]
+    assert sorted(got) == after
+    assert not set(got) & set(before)

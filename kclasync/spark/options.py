@@ -1,0 +1,205 @@
+"""The options of ``format("kinesis")``, parsed and checked on the driver before a query starts.
+
+Owns: ``SourceOptions`` and ``SinkOptions`` (picklable, sent to executors), turning Spark's
+string options into them with one ``ConfigError`` naming the option for every bad value, and the
+option names each side accepts (an unknown name is refused, so a typo is not silently ignored).
+Must not: import pyspark or do I/O (``kclasync.spark.checks`` reaches AWS).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Final
+
+import attrs
+
+from kclasync._core.position import InitialPosition
+from kclasync.errors import ConfigError
+from kclasync.spark.fetch import AwsOptions
+from kclasync.spark.progress_dynamodb import DEFAULT_PROGRESS_TABLE
+
+__all__ = ["SinkOptions", "SourceOptions", "lower_keys"]
+
+_AWS: Final = (
+    "region",
+    "endpointUrl",
+    "dynamodbEndpointUrl",
+    "awsAccessKeyId",
+    "awsSecretKey",
+    "awsSecretAccessKey",
+    "awsSessionToken",
+)
+SOURCE_OPTIONS: Final = (
+    "streamName",
+    "metadataPath",
+    "progressTable",
+    "startingPosition",
+    "maxRecordsPerShard",
+    "maxRecordsPerBatch",
+    "maxFetchTimePerShardSec",
+    "shardListIntervalSec",
+    "leaseTable",
+    "failOnDataLoss",
+    *_AWS,
+)
+SINK_OPTIONS: Final = (
+    "streamName",
+    "partitionKeyColumn",
+    "explicitHashKeyColumn",
+    "dataColumn",
+    "maxRecordsPerRequest",
+    "maxAttempts",
+    *_AWS,
+)
+#: Options Spark itself may pass to a data source.
+_SPARK_OWN: Final = ("path", "checkpointlocation", "queryname")
+
+
+def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+def _refuse_unknown(opts: Mapping[str, str], known: tuple[str, ...], side: str) -> None:
+    names = {n.lower(): n for n in known}
+    for key in sorted(opts):
+        if key not in names and key not in _SPARK_OWN:
+            raise ConfigError(
+                key,
+                f"is not an option of the kinesis {side}; known options: {', '.join(known)}",
+            )
+
+
+def _int_option(opts: Mapping[str, str], name: str, default: int | None, top: int) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be an integer, got {raw!r}") from None
+    if not 1 <= value <= top:
+        raise ConfigError(name, f"must be between 1 and {top}, got {value}")
+    return value
+
+
+def _float_option(opts: Mapping[str, str], name: str, default: float) -> float:
+    raw = opts.get(name.lower())
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a number of seconds, got {raw!r}") from None
+    if not 0 <= value < float("inf"):
+        raise ConfigError(name, f"must be a non-negative number of seconds, got {value}")
+    return value
+
+
+def _bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(name, f"must be true or false, got {raw!r}")
+    return value == "true"
+
+
+def _required(opts: Mapping[str, str], name: str, hint: str) -> str:
+    value = opts.get(name.lower(), "").strip()
+    if not value:
+        raise ConfigError(name, f"is required: {hint}")
+    return value
+
+
+def _aws(opts: Mapping[str, str]) -> AwsOptions:
+    return AwsOptions(
+        region_name=opts.get("region") or None,
+        endpoint_url=opts.get("endpointurl") or None,
+        dynamodb_endpoint_url=opts.get("dynamodbendpointurl") or None,
+        aws_access_key_id=opts.get("awsaccesskeyid") or None,
+        aws_secret_access_key=opts.get("awssecretkey") or opts.get("awssecretaccesskey") or None,
+        aws_session_token=opts.get("awssessiontoken") or None,
+    )
+
+
+@attrs.frozen
+class SourceOptions:
+    """The source's options (see docs/spark.md for each)."""
+
+    stream_name: str
+    starting_position: InitialPosition
+    aws: AwsOptions
+    metadata_path: str | None = None
+    progress_table: str = DEFAULT_PROGRESS_TABLE
+    max_records_per_shard: int = 10_000
+    max_records_per_batch: int | None = None
+    max_fetch_seconds: float = 10.0
+    shard_list_interval: float = 10.0
+    lease_table: str | None = None
+    fail_on_data_loss: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        opts = lower_keys(options)
+        _refuse_unknown(opts, SOURCE_OPTIONS, "source")
+        stream = _required(opts, "streamName", ".option('streamName', 'orders')")
+        metadata = opts.get("metadatapath", "").strip() or None
+        if metadata is not None and not os.path.isabs(metadata):
+            raise ConfigError(
+                "metadataPath",
+                f"must be an absolute path that the driver and every executor share, got "
+                f"{metadata!r} (a relative path resolves in each executor's own work "
+                "directory); leave it out to keep progress in DynamoDB (progressTable)",
+            )
+        try:
+            start = InitialPosition.parse(opts.get("startingposition", "LATEST"))
+        except ValueError as exc:
+            raise ConfigError("startingPosition", str(exc)) from None
+        per_shard = _int_option(opts, "maxRecordsPerShard", 10_000, 1_000_000)
+        assert per_shard is not None
+        return cls(
+            stream_name=stream,
+            starting_position=start,
+            aws=_aws(opts),
+            metadata_path=metadata,
+            progress_table=opts.get("progresstable", "").strip() or DEFAULT_PROGRESS_TABLE,
+            max_records_per_shard=per_shard,
+            max_records_per_batch=_int_option(opts, "maxRecordsPerBatch", None, 100_000_000),
+            max_fetch_seconds=_float_option(opts, "maxFetchTimePerShardSec", 10.0),
+            shard_list_interval=_float_option(opts, "shardListIntervalSec", 10.0),
+            lease_table=opts.get("leasetable", "").strip() or None,
+            fail_on_data_loss=_bool_option(opts, "failOnDataLoss", True),
+        )
+
+
+@attrs.frozen
+class SinkOptions:
+    """The sink's options (see docs/spark.md for each)."""
+
+    stream_name: str
+    aws: AwsOptions
+    partition_key_column: str = "partitionKey"
+    explicit_hash_key_column: str | None = None
+    data_column: str = "data"
+    max_records_per_request: int = 500
+    max_attempts: int = 10
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        opts = lower_keys(options)
+        _refuse_unknown(opts, SINK_OPTIONS, "sink")
+        stream = _required(opts, "streamName", ".option('streamName', 'orders')")
+        per_request = _int_option(opts, "maxRecordsPerRequest", 500, 500)
+        attempts = _int_option(opts, "maxAttempts", 10, 100)
+        assert per_request is not None and attempts is not None
+        return cls(
+            stream_name=stream,
+            aws=_aws(opts),
+            partition_key_column=opts.get("partitionkeycolumn", "").strip() or "partitionKey",
+            explicit_hash_key_column=opts.get("explicithashkeycolumn", "").strip() or None,
+            data_column=opts.get("datacolumn", "").strip() or "data",
+            max_records_per_request=per_request,
+            max_attempts=attempts,
+        )

@@ -1,0 +1,106 @@
+"""Bad options fail at ``load()`` on the driver, before any query starts, with one error that
+names the option, the stream or the endpoint (checked on the text a user sees)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+
+from kclasync.errors import ConfigError
+from kclasync.spark.options import SinkOptions, SourceOptions
+from kclasync.testing.emulators import LocalAws, free_port
+from tests.spark.support import create_and_produce, source_options
+
+
+def load_error(spark: Any, options: dict[str, str]) -> str:
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException) as caught:
+        spark.readStream.format("kinesis").options(**options).load()
+    assert not spark.streams.active, "a query was started"
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"streamName": ""}, "ConfigError: invalid configuration: streamName: is required"),
+        (
+            {"metadataPath": "progress"},
+            "ConfigError: invalid configuration: metadataPath: must be an absolute path",
+        ),
+        (
+            {"startingPosition": "EARLIEST"},
+            "ConfigError: invalid configuration: startingPosition: unknown initial position "
+            "'EARLIEST'",
+        ),
+        (
+            {"maxRecordsPerShard": "0"},
+            "ConfigError: invalid configuration: maxRecordsPerShard: must be between 1 and",
+        ),
+        (
+            {"maxRecordPerShard": "10"},
+            "ConfigError: invalid configuration: maxrecordpershard: is not an option",
+        ),
+        ({"failOnDataLoss": "maybe"}, "failOnDataLoss: must be true or false, got 'maybe'"),
+    ],
+)
+def test_bad_options_fail_at_load(
+    spark: Any,
+    moto: LocalAws,
+    tmp_path: pathlib.Path,
+    change: dict[str, str],
+    expected: str,
+) -> None:
+    opts = {**source_options(moto, "any-stream", tmp_path), **change}
+    assert expected in load_error(spark, opts)
+
+
+def test_a_missing_stream_fails_at_load(
+    spark: Any, moto: LocalAws, tmp_path: pathlib.Path, unique_name: str
+) -> None:
+    text = load_error(spark, source_options(moto, unique_name, tmp_path))
+    assert f"StreamNotFoundError: stream '{unique_name}' does not exist" in text
+
+
+def test_an_unreachable_endpoint_is_named_at_load(
+    spark: Any, moto: LocalAws, tmp_path: pathlib.Path
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    text = load_error(spark, source_options(moto, "s", tmp_path, endpointUrl=dead))
+    assert f"ConfigError: invalid configuration: endpointUrl: cannot reach Kinesis at {dead}" in (
+        text
+    )
+
+
+def test_a_good_load_creates_the_progress_table(
+    spark: Any, moto: LocalAws, tmp_path: pathlib.Path, unique_name: str
+) -> None:
+    import asyncio
+
+    create_and_produce(moto, unique_name, 1, 1)
+    opts = source_options(moto, unique_name, tmp_path, progressTable=unique_name)
+    df = spark.readStream.format("kinesis").options(**opts).load()
+    assert df.isStreaming
+
+    async def tables() -> list[str]:
+        async with moto.client_options().create_client("dynamodb") as ddb:
+            return list((await ddb.list_tables())["TableNames"])
+
+    assert unique_name in asyncio.run(tables())
+
+
+def test_option_parsing_without_spark() -> None:
+    parsed = SourceOptions.parse({"STREAMNAME": "s", "metadataPath": "/mnt/p"})
+    assert parsed.stream_name == "s" and parsed.metadata_path == "/mnt/p"
+    assert parsed.fail_on_data_loss
+    with pytest.raises(ConfigError, match="maxRecordsPerBatch: must be an integer"):
+        SourceOptions.parse({"streamName": "s", "maxRecordsPerBatch": "lots"})
+    with pytest.raises(ConfigError, match="maxFetchTimePerShardSec"):
+        SourceOptions.parse({"streamName": "s", "maxFetchTimePerShardSec": "-1"})
+    sink = SinkOptions.parse({"streamName": "out", "partitionKeyColumn": "k"})
+    assert sink.partition_key_column == "k" and sink.max_records_per_request == 500
+    with pytest.raises(ConfigError, match="maxRecordsPerRequest: must be between 1 and 500"):
+        SinkOptions.parse({"streamName": "out", "maxRecordsPerRequest": "501"})
