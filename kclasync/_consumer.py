@@ -116,7 +116,9 @@ class Consumer:
         if not isinstance(self.config, ConsumerConfig):
             raise ConfigError("config", f"must be a ConsumerConfig, got {config!r}")
         try:
-            self._factory: ProcessorFactory = processor_factory(processor)
+            self._factory: ProcessorFactory = processor_factory(
+                processor, buffered=self.config.buffered_handler_checkpoints
+            )
         except TypeError as exc:
             raise ConfigError("processor", str(exc)) from None
         if client_options is None:
