@@ -9,6 +9,13 @@ spent in kclasync's modules (everything outside botocore, aiohttp and the standa
 per record.
 
     uv run python benchmarks/data_path.py [--records 100000] [--shards 4] [--rounds 3]
+
+``--startup`` instead measures the wall time from ``run()`` to the first record of a lone
+worker: on an empty lease table, on one whose leases were released by a graceful stop, and on
+one whose leases are still held by the same worker id after a crash (the task is cancelled, so
+nothing is released).
+
+    uv run python benchmarks/data_path.py --startup [--rounds 3]
 """
 
 from __future__ import annotations
@@ -141,6 +148,75 @@ async def kclasync_run(aws: LocalAws, stream: str, records: int) -> Window:
     return window
 
 
+async def first_record(
+    aws: LocalAws, stream: str, application: str, worker_id: str, *, crash: bool = False
+) -> float:
+    """Seconds from ``run()`` to the first record; ``crash``: cancel instead of stopping."""
+    got = asyncio.Event()
+
+    async def handle(batch: Sequence[Record]) -> None:
+        if batch:
+            got.set()
+
+    consumer = Consumer(
+        stream_name=stream,
+        application_name=application,
+        processor=handle,
+        config=ConsumerConfig(initial_position="TRIM_HORIZON", worker_id=worker_id),
+        client_options=kclasync.ClientOptions(
+            region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
+        ),
+    )
+    t0 = time.perf_counter()
+    task = asyncio.create_task(consumer.run())
+    waiter = asyncio.create_task(got.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED, timeout=60)
+    elapsed = time.perf_counter() - t0
+    if not got.is_set():
+        task.cancel()
+        raise RuntimeError("no record within 60 s")
+    if crash:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    else:
+        await consumer.stop()
+        await task
+    return elapsed
+
+
+async def put_some(aws: LocalAws, stream: str, n: int = 20) -> None:
+    """A few new records, so that a restarted worker has something after its checkpoint."""
+    async with get_session().create_client(
+        "kinesis", region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
+    ) as client:
+        await client.put_records(
+            StreamName=stream,
+            Records=[{"PartitionKey": f"p{i}", "Data": b"x" * 100} for i in range(n)],
+        )
+
+
+async def startup(args: argparse.Namespace) -> None:
+    with moto_process() as aws:
+        stream = f"bench-{uuid.uuid4().hex[:6]}"
+        await produce(aws, stream, args.shards, 1000)
+        async with get_session().create_client(
+            "dynamodb", region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
+        ) as ddb:
+            await ddb.list_tables()  # moto loads its DynamoDB code on the first call
+        names = ("empty table", "released leases", "after a crash")
+        rows: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(args.rounds):
+            app = f"start-{uuid.uuid4().hex[:8]}"
+            rows["empty table"].append(await first_record(aws, stream, app, "w1"))
+            await put_some(aws, stream)
+            rows["released leases"].append(await first_record(aws, stream, app, "w1", crash=True))
+            await put_some(aws, stream)
+            rows["after a crash"].append(await first_record(aws, stream, app, "w1"))
+    print(f"{'run() to first record, lone worker':<40}{'median s':>10}{'max s':>10}")
+    for name, figures in rows.items():
+        print(f"{name:<40}{statistics.median(figures):>10.2f}{max(figures):>10.2f}")
+
+
 def own_share(profile: cProfile.Profile, records: int) -> tuple[float, float]:
     """(microseconds per record in kclasync's modules, share of all profiled time)."""
     stats = pstats.Stats(profile)
@@ -197,4 +273,6 @@ if __name__ == "__main__":
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--startup", action="store_true", help="run() to first record only")
+    cli = parser.parse_args()
+    asyncio.run(startup(cli) if cli.startup else main(cli))

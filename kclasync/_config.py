@@ -219,6 +219,13 @@ class ConsumerConfig:
     shutdown_timeout: float = attrs.field(
         default=30.0, validator=_positive, metadata=_meta("s", kcl="shutdownGraceMillis")
     )
+    #: How often a shard's buffered checkpoints (``checkpoint(..., persist=False)``) are
+    #: written; they are also written before SHARD_END, a release, a handoff and a stop.
+    checkpoint_interval: float = attrs.field(default=5.0, validator=_positive, metadata=_meta("s"))
+    #: Handler mode (``processor=async def handle(records)``): record the checkpoint after each
+    #: batch in memory and write it every ``checkpoint_interval`` instead of after every batch
+    #: (fewer writes; a crash replays up to that many seconds of records).
+    buffered_handler_checkpoints: bool = attrs.field(default=False, metadata=_meta(""))
     #: How often the taker scans the table. None: failover + epsilon, so that a dead worker's
     #: leases are taken within about 2 x failover (the Java KCL scans every 2 x (failover +
     #: epsilon), which can take up to 4 x failover; set that value to match it exactly).

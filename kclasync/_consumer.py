@@ -116,7 +116,9 @@ class Consumer:
         if not isinstance(self.config, ConsumerConfig):
             raise ConfigError("config", f"must be a ConsumerConfig, got {config!r}")
         try:
-            self._factory: ProcessorFactory = processor_factory(processor)
+            self._factory: ProcessorFactory = processor_factory(
+                processor, buffered=self.config.buffered_handler_checkpoints
+            )
         except TypeError as exc:
             raise ConfigError("processor", str(exc)) from None
         if client_options is None:
@@ -220,11 +222,16 @@ class Consumer:
         """Consume until ``stop()``. Raises the error that stopped it, if any."""
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(log_context(worker=self.worker_id))
+            session = (
+                self._client_options.new_session()
+                if self._store is None or self._stream_client is None
+                else None
+            )
             if self._store is None:
                 from kclasync._adapters.dynamodb import DynamoLeaseStore
 
                 ddb = await stack.enter_async_context(
-                    self._client_options.create_client("dynamodb")
+                    self._client_options.create_client("dynamodb", session)
                 )
                 self._store = DynamoLeaseStore(ddb, self._table_name)
                 if self._coordinator_state is None:
@@ -245,7 +252,9 @@ class Consumer:
             if self._stream_client is None:
                 from kclasync._adapters.kinesis import KinesisStreamClient
 
-                kin = await stack.enter_async_context(self._client_options.create_client("kinesis"))
+                kin = await stack.enter_async_context(
+                    self._client_options.create_client("kinesis", session)
+                )
                 self._stream_client = KinesisStreamClient(kin)
             self._worker = Worker(
                 self._spec,

@@ -5,7 +5,8 @@ A processor is either
 * an object with async ``initialize / process_records / lease_lost / shard_ended /
   shutdown_requested`` methods, one instance per shard (pass its class, or any zero-argument
   factory, as ``Consumer(processor=...)``), or
-* a single ``async def handle(records)``; kclasync checkpoints after every batch it returns from.
+* a single ``async def handle(records)``; kclasync checkpoints after every batch it returns from
+  (or, with ``buffered_handler_checkpoints``, every ``checkpoint_interval`` seconds).
 """
 
 from __future__ import annotations
@@ -45,9 +46,18 @@ class Checkpointer(Protocol):
     def last_delivered(self) -> Checkpoint | None: ...
 
     async def checkpoint(
-        self, sequence_number: str | None = None, sub_sequence_number: int = 0
+        self,
+        sequence_number: str | None = None,
+        sub_sequence_number: int = 0,
+        *,
+        persist: bool = True,
     ) -> None:
         """Checkpoint at the given record, or at the last record delivered when called bare.
+
+        ``persist=False`` only records the position in memory: it is written within
+        ``checkpoint_interval`` seconds, and always before SHARD_END, a release, a handoff or a
+        stop (after ``shutdown_requested`` returns). A crash replays the records since the last
+        write.
 
         Raises ``InvalidCheckpointError`` if the position is before the current checkpoint or
         beyond the last delivered record, ``LeaseLostError`` if this worker no longer holds
@@ -92,8 +102,9 @@ ProcessorFactory = Callable[[], RecordProcessor]
 class HandlerProcessor:
     """Adapts ``async def handle(records)``: checkpoints after every batch that returns."""
 
-    def __init__(self, handle: Handler) -> None:
+    def __init__(self, handle: Handler, *, buffered: bool = False) -> None:
         self._handle = handle
+        self._persist = not buffered
 
     async def initialize(self, shard: ShardInfo) -> None:
         return None
@@ -105,7 +116,7 @@ class HandlerProcessor:
         millis_behind_latest: int | None,
     ) -> None:
         await self._handle(records)
-        await checkpointer.checkpoint()
+        await checkpointer.checkpoint(persist=self._persist)
 
     async def lease_lost(self) -> None:
         return None
@@ -160,7 +171,7 @@ def _requires_arguments(func: object) -> bool:
     )
 
 
-def processor_factory(processor: object) -> ProcessorFactory:
+def processor_factory(processor: object, *, buffered: bool = False) -> ProcessorFactory:
     """Turn what the user passed as ``processor=`` into a per-shard factory.
 
     Raises ``TypeError`` (turned into ``ConfigError`` by ``Consumer``) for what can be seen to
@@ -175,7 +186,7 @@ def processor_factory(processor: object) -> ProcessorFactory:
         handle: Handler = processor  # type: ignore[assignment]
 
         def make_handler() -> RecordProcessor:
-            return HandlerProcessor(handle)
+            return HandlerProcessor(handle, buffered=buffered)
 
         return make_handler
     if isinstance(processor, type):

@@ -64,12 +64,21 @@ class ClientOptions:
             kwargs["endpoint_url"] = endpoint
         return kwargs
 
-    def create_client(self, service: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    def new_session(self) -> Any:
+        """The session clients are made from: the one passed in, or a new aiobotocore session
+        (made once per consumer: its loaded service data is shared by both clients)."""
+        return self.session if self.session is not None else get_session()
+
+    def create_client(
+        self, service: str, session: Any = None
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A client for ``service`` from ``session`` (default: ``new_session()``)."""
         endpoint = {
             "dynamodb": self.dynamodb_endpoint_url,
             "kinesis": self.kinesis_endpoint_url,
         }.get(service) or self.endpoint_url
-        session: Any = self.session if self.session is not None else get_session()
+        if session is None:
+            session = self.new_session()
         if self.fast_parsing or (self.fast_parsing is None and self.session is None):
             # aioboto3 keeps the aiobotocore session in ``_session``.
             fast_parse.install(getattr(session, "_session", session))

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from kclasync._adapters.protocols import WorkerHeartbeat
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.held_lease import HeldState
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView
+from kclasync._core.startup import first_round_delay
 from kclasync._runtime.held import HeldLease
 from kclasync.errors import AdapterError
 
@@ -203,12 +205,22 @@ class LeaseTaking:
         return started
 
     async def loop(self, wake: asyncio.Event | None = None, first_delay: float = 0.0) -> None:
-        """Take rounds forever. ``first_delay``: register in the worker registry and wait this
-        long before the first round, so that workers started together see each other and the
-        first round already spreads the leases evenly."""
+        """Take rounds forever. ``first_delay``: register in the worker registry and, when the
+        registry shows another worker, wait this long before the first round, so that workers
+        started together see each other and the first round already spreads the leases evenly
+        (``kclasync._core.startup``). A lone worker takes at once."""
         if first_delay > 0:
             await self._holder.heartbeat()
-            await asyncio.sleep(first_delay)
+            try:
+                registered = (await self._holder.store.list_leases()).workers
+            except AdapterError as exc:
+                log.info("reading the worker registry failed: %s", exc)
+                registered = (WorkerHeartbeat(worker_id="?", heartbeat=0),)
+            delay = first_round_delay(
+                self._holder.worker_id, (w.worker_id for w in registered), first_delay
+            )
+            if delay > 0:
+                await asyncio.sleep(delay)
         while True:
             started = self._holder.now()
             try:

@@ -24,17 +24,16 @@ from kclasync._adapters.protocols import (
     StreamClient,
 )
 from kclasync._config import ConsumerConfig
-from kclasync._core.checkpoint_rules import validate_checkpoint
 from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
-from kclasync._core.position import SHARD_END, Checkpoint, InitialPositionKind, Sentinel
+from kclasync._core.position import Checkpoint, InitialPositionKind, Sentinel
 from kclasync._processor import RecordProcessor, ShardInfo
 from kclasync._records import Record
+from kclasync._runtime.checkpointer import ShardCheckpointer
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.shard_cursor import ShardCursor
 from kclasync.errors import (
     ConfigError,
-    InvalidCheckpointError,
     LeaseLostError,
     ProcessorFailedError,
     ShutdownCheckpointError,
@@ -57,84 +56,6 @@ class _Batch:
 @attrs.frozen
 class _End:
     child_shards: tuple[ChildShard, ...]
-
-
-class ShardCheckpointer:
-    """The ``Checkpointer`` handed to a shard's processor."""
-
-    def __init__(
-        self, coordinator: LeaseCoordinator, held: HeldLease, on_write: Callable[[], None]
-    ):
-        self._coordinator = coordinator
-        self._key = held.key
-        self._shard_id = held.lease.shard_id
-        self._last_checkpoint = held.lease.checkpoint
-        self._on_write = on_write
-        self.last_delivered_position: Checkpoint | None = None
-        self.shard_end_reached = False
-
-    @property
-    def shard_id(self) -> str:
-        return self._shard_id
-
-    @property
-    def last_checkpoint(self) -> Checkpoint:
-        return self._last_checkpoint
-
-    @property
-    def last_delivered(self) -> Checkpoint | None:
-        return self.last_delivered_position
-
-    def _target(self, sequence_number: str | None, sub_sequence_number: int) -> Checkpoint:
-        if sequence_number is None:
-            if self.last_delivered_position is None:
-                raise InvalidCheckpointError(
-                    f"cannot checkpoint shard {self._shard_id}: no record has been delivered yet"
-                )
-            return self.last_delivered_position
-        try:
-            return Checkpoint(str(sequence_number), sub_sequence_number)
-        except ValueError as exc:
-            raise InvalidCheckpointError(
-                f"cannot checkpoint shard {self._shard_id}: {exc}"
-            ) from None
-
-    async def checkpoint(
-        self, sequence_number: str | None = None, sub_sequence_number: int = 0
-    ) -> None:
-        target = validate_checkpoint(
-            self._target(sequence_number, sub_sequence_number),
-            current=self._last_checkpoint,
-            last_delivered=self.last_delivered_position,
-            shard_end_reached=self.shard_end_reached,
-        )
-        if target == self._last_checkpoint:
-            return
-        written = await self._coordinator.checkpoint(self._key, target)
-        self._last_checkpoint = written.checkpoint
-        self._on_write()
-
-    async def checkpoint_shard_end(self) -> None:
-        validate_checkpoint(
-            SHARD_END,
-            current=self._last_checkpoint,
-            last_delivered=self.last_delivered_position,
-            shard_end_reached=self.shard_end_reached,
-        )
-        written = await self._coordinator.checkpoint(self._key, SHARD_END)
-        self._last_checkpoint = written.checkpoint
-        self._on_write()
-
-    async def prepare_checkpoint(
-        self, sequence_number: str | None = None, sub_sequence_number: int = 0
-    ) -> None:
-        target = validate_checkpoint(
-            self._target(sequence_number, sub_sequence_number),
-            current=self._last_checkpoint,
-            last_delivered=self.last_delivered_position,
-            shard_end_reached=self.shard_end_reached,
-        )
-        await self._coordinator.checkpoint(self._key, self._last_checkpoint, pending=target)
 
 
 def starting_position(checkpoint: Checkpoint, config: ConsumerConfig) -> StartingPosition | None:
@@ -191,6 +112,7 @@ class ShardConsumer:
         self.checkpointer = ShardCheckpointer(
             coordinator, held, lambda: metrics.checkpoints.labels(*labels4).inc()
         )
+        self._flush_interval = config.checkpoint_interval
         self.initialized = False
         #: Positions at or below this were processed before (the starting checkpoint).
         self._skip_upto: tuple[int, int] | None = None
@@ -217,6 +139,9 @@ class ShardConsumer:
             return await self._end_of_shard(_End(()))
         self._skip_upto = start.key() if start.is_sequence else None
         fetcher = asyncio.create_task(self._fetch(position), name=f"fetch {self.shard_id}")
+        flusher = asyncio.create_task(
+            self.checkpointer.flush_every(self._flush_interval), name=f"flush {self.shard_id}"
+        )
         try:
             while True:
                 item = await self._next(fetcher)
@@ -229,8 +154,11 @@ class ShardConsumer:
                     break
         finally:
             fetcher.cancel()
-            await asyncio.gather(fetcher, return_exceptions=True)
+            flusher.cancel()
+            await asyncio.gather(fetcher, flusher, return_exceptions=True)
         await self.processor.shutdown_requested(self.checkpointer)
+        # Before a handoff, a release or a stop: the newest buffered checkpoint is written.
+        await self.checkpointer.flush()
         return ShardOutcome.SHUTDOWN
 
     async def _next(self, fetcher: asyncio.Task[None]) -> _Batch | _End | None:
@@ -295,6 +223,7 @@ class ShardConsumer:
     async def _end_of_shard(self, end: _End) -> ShardOutcome:
         self.checkpointer.shard_end_reached = True
         if not self.checkpointer.last_checkpoint.is_shard_end:
+            await self.checkpointer.flush()
             await self.processor.shard_ended(self.checkpointer)
             if not self.checkpointer.last_checkpoint.is_shard_end:
                 raise ShutdownCheckpointError(

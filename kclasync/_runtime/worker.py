@@ -81,6 +81,22 @@ def shard_sync_for(
     )
 
 
+async def overlapped(*steps: Coroutine[Any, Any, None]) -> None:
+    """Run independent start-up steps at once; the first failure cancels the others and is
+    raised as it is (not wrapped in an exception group)."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            raise failure
+
+
 class _NotListening:
     """The coordinator's listener until the supervisor is attached (nothing is held yet)."""
 
@@ -182,10 +198,10 @@ class Worker:
 
     async def run(self) -> None:
         cfg = self.spec.config
-        await self._at_start("creating the lease table", self.store.ensure_table)
-        await self._at_start("creating the coordinator-state table", self.locks.ensure_table)
-        # Also proves the stream exists (StreamNotFoundError is not retried) before anything starts.
-        await self._at_start("the first shard sync", self.shard_sync.initial_sync)
+        await overlapped(
+            self._at_start("creating the coordinator-state table", self.locks.ensure_table),
+            self._lease_table_and_first_sync(),
+        )
         coordinator = self.coordinator
         # Cancelling run() cancels both groups: an abrupt stop leaves the leases to expire.
         async with asyncio.TaskGroup() as pipelines:
@@ -218,6 +234,11 @@ class Worker:
                 await self._shutdown(renewer, duties)
         if self.failure is not None:
             raise self.failure
+
+    async def _lease_table_and_first_sync(self) -> None:
+        await self._at_start("creating the lease table", self.store.ensure_table)
+        # Also proves the stream exists (StreamNotFoundError is not retried) before anything starts.
+        await self._at_start("the first shard sync", self.shard_sync.initial_sync)
 
     async def _at_start(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
         """Run a start-up step, retrying throttling and transient errors a few times with

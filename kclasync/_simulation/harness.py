@@ -73,6 +73,7 @@ class Simulation:
         self.checkpoint_interval = (
             s.checkpoint_interval if s.checkpoint_interval is not None else s.failover_time
         )
+        self.buffered_checkpoints = s.buffered_checkpoints
         sample = s.consumer_config("sample")
         self.taker_interval = sample.taker_interval
         self.checker = InvariantChecker(

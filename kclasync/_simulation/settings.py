@@ -35,6 +35,9 @@ class SimulationSettings:
     idle_time_between_reads: float = 2.0
     #: Processors checkpoint at most this often (and at shutdown and shard end); None: failover.
     checkpoint_interval: float | None = None
+    #: Processors record a checkpoint in memory after every batch (``persist=False``) and the
+    #: runtime writes it every ``checkpoint_interval`` (instead of the processor writing itself).
+    buffered_checkpoints: bool = False
     shard_sync_interval: float = 60.0
     max_records: int = 1000
     #: After the faults stop: give up on balance and drain after this many taker periods.
@@ -65,6 +68,7 @@ class SimulationSettings:
             shutdown_timeout=3 * f,
             failed_shard_backoff=3 * f,
             worker_id=worker_id,
+            checkpoint_interval=self.checkpoint_interval or f,
         )
 
     def lease_taker(self) -> LeaseTaker:

@@ -52,6 +52,9 @@ class WorkerHost(Protocol):
     @property
     def checkpoint_interval(self) -> float: ...
 
+    @property
+    def buffered_checkpoints(self) -> bool: ...
+
     def batch_time(self, records: int) -> float:
         """Simulated seconds a processor spends on a batch of ``records``."""
         ...
@@ -190,7 +193,9 @@ class SimProcessor:
             completed = True
         finally:
             sim.checker.call_ended(call, now(), completed=completed)
-        if now() - self.last_checkpoint_at >= sim.checkpoint_interval:
+        if sim.buffered_checkpoints:
+            await checkpointer.checkpoint(persist=False)  # no I/O; the runtime writes it
+        elif now() - self.last_checkpoint_at >= sim.checkpoint_interval:
             try:
                 await checkpointer.checkpoint()
                 self.last_checkpoint_at = now()
