@@ -17,7 +17,7 @@ from tests.support import Aws, aws_for
 
 pytestmark = pytest.mark.asyncio
 
-BOUND = 3.0  # seconds; the target on an idle machine is 1.5 s
+BOUND = 5.0  # seconds; the target on an idle machine is 1.5 s
 
 
 async def _first_record(aws: Aws, *, crash: bool) -> tuple[float, Consumer]:
