@@ -219,7 +219,16 @@ class AssignmentDiscovery:
         holder = self._holder
         sent = holder.now()
         if step is FollowerStep.INCOMING:
-            held = HeldLease(lease=lease, renewed_at=sent, state=HeldState.INCOMING, since=sent)
+            # One fenced write of our own (a renewal: counter+1 on owner = us) before holding it,
+            # so the time we count from is a write we made, not a read.
+            try:
+                renewed = await self.store.renew_lease(lease)
+            except (AdapterError, CorruptLeaseError) as exc:
+                log.info("renewing the incoming lease %s failed: %s", lease.key, exc)
+                return False
+            if renewed is None or lease.key in holder.held:
+                return False
+            held = HeldLease(lease=renewed, renewed_at=sent, state=HeldState.INCOMING, since=sent)
             holder.held[lease.key] = held
             holder.update_gauge()
             log.info(

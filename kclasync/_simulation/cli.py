@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from kclasync._simulation.faults import ALL_FAULTS, parse_faults
+from kclasync._simulation.settings import TAKERS
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,9 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--fault-rate", type=float, default=1.0, help="multiplies fault rates (1)")
     p.add_argument("--failover", type=float, default=10.0, help="failover time, seconds (10)")
-    p.add_argument(
-        "--taker", choices=("kcl2", "balanced"), default="balanced", help="lease taker (balanced)"
-    )
+    p.add_argument("--taker", choices=TAKERS, default="balanced", help="lease taker (balanced)")
     p.add_argument(
         "--rate", type=float, default=2.0, help="records per shard per minute produced (2)"
     )
