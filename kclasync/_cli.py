@@ -28,6 +28,16 @@ def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("--region", help="AWS region")
 
 
+def _workers_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "workers", help="print each worker's metrics, assigned throughput and lease count"
+    )
+    p.add_argument("--application", "-a", required=True, help="application (lease table) name")
+    p.add_argument("--table", help="lease table name, if not the application name")
+    p.add_argument("--endpoint-url", help="DynamoDB endpoint (for local emulators)")
+    p.add_argument("--region", help="AWS region")
+
+
 def _sticky_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sticky",
@@ -90,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     _demo_parser(sub)
     _leases_parser(sub)
     _sticky_parser(sub)
+    _workers_parser(sub)
     simulation_cli.add_parser(sub)
     dashboard_cli.add_parser(sub)
     _common_options(sub)
@@ -159,6 +170,11 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         options = ClientOptions(endpoint_url=args.endpoint_url, region_name=args.region)
         return asyncio.run(print_lease_table(options, args.table or args.application))
+    if args.command == "workers":
+        from kclasync._worker_view import print_workers
+
+        options = ClientOptions(endpoint_url=args.endpoint_url, region_name=args.region)
+        return asyncio.run(print_workers(options, args.table or args.application))
     if args.command == "sticky":
         if args.worker and args.action != "pin":
             parser.error("--worker goes with pin")
