@@ -29,9 +29,7 @@ def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _workers_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "workers", help="print each worker's metrics, assigned throughput and lease count"
-    )
+    p = sub.add_parser("workers", help="print each worker's metrics, throughput and lease count")
     p.add_argument("--application", "-a", required=True, help="application (lease table) name")
     p.add_argument("--table", help="lease table name, if not the application name")
     p.add_argument("--endpoint-url", help="DynamoDB endpoint (for local emulators)")
@@ -89,20 +87,35 @@ def _common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             )
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wide enough that every command's help stays on one line: subcommands are listed one
+    indent deeper than argparse measures them, so their width is counted at that indent."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=24, width=100)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if action.help is argparse.SUPPRESS or not isinstance(action, argparse._SubParsersAction):
+            return
+        for sub in action._get_subactions():
+            length = len(self._format_action_invocation(sub)) + self._current_indent + 2
+            self._action_max_length = max(self._action_max_length, length)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kclasync",
         description="Consume Amazon Kinesis with the KCL lease protocol, from asyncio.",
-        # Wide enough that every command's help stays on one line.
-        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=24, width=100),
+        formatter_class=_HelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo_parser(sub)
     _leases_parser(sub)
     _sticky_parser(sub)
-    _workers_parser(sub)
     simulation_cli.add_parser(sub)
     dashboard_cli.add_parser(sub)
+    _workers_parser(sub)
     _common_options(sub)
     return parser
 
