@@ -32,6 +32,7 @@ __all__ = [
     "fleet_snapshot",
     "follower_step",
     "leader_writes",
+    "may_rebalance",
     "renewing_owners",
     "worker_loads",
 ]
@@ -161,6 +162,13 @@ def follower_step(worker_id: str, lease: Lease | None, held: bool) -> FollowerSt
     if lease.checkpoint_owner is None or lease.checkpoint_owner == worker_id:
         return FollowerStep.TAKE
     return FollowerStep.INCOMING
+
+
+def may_rebalance(snapshot: FleetSnapshot, moved_last_run: bool) -> bool:
+    """Whether this run may move leases, or only assign: not while a handoff is still under way
+    or right after a run that moved (measured CPU lags the moves: a worker that just received
+    leases still looks idle, and planning on that reading overshoots and oscillates)."""
+    return not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases)
 
 
 @attrs.define

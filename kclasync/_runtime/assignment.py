@@ -30,6 +30,7 @@ from kclasync._core.assignment_decisions import (
     fleet_snapshot,
     follower_step,
     leader_writes,
+    may_rebalance,
     renewing_owners,
     worker_loads,
 )
@@ -38,7 +39,7 @@ from kclasync._core.held_lease import HeldState
 from kclasync._core.kcl3_decider import is_balancing_run, plan_kcl3
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.load_assignment import FleetSnapshot, Plan
-from kclasync._core.load_balancer import plan_load_aware
+from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
 from kclasync._core.worker_metrics import WorkerMetrics
 from kclasync._runtime.held import HeldLease
 from kclasync.errors import AdapterError
@@ -114,6 +115,8 @@ class LeaderAssignment:
         if self.policy is LeaseTakerKind.KCL3:
             balance = is_balancing_run(self.runs + 1)
             return plan_kcl3(snapshot, balance=balance, seed=self._rng.getrandbits(32))
+        if not may_rebalance(snapshot, bool(self.last_plan.moves)):
+            return plan_load_aware(snapshot, BalancerSettings(max_moves=0))
         return plan_load_aware(snapshot)
 
     async def run_once(self) -> Plan:

@@ -157,9 +157,9 @@ class Simulation:
         if not live:
             return False, orphans, 0, 0
         low, high = min(live.values()), max(live.values())
-        if self.settings.taker == "kcl3":
-            # The KCL 3.x decider balances throughput, not counts (and counts a lease without
-            # throughput as 0): only ownership is checked.
+        if self.settings.leader_based:
+            # The leader balances throughput or CPU, not counts (and the KCL 3.x decider counts
+            # a lease without throughput as 0): only ownership is checked.
             return orphans == 0, orphans, low, high
         return orphans == 0 and high - low <= 1, orphans, low, high
 

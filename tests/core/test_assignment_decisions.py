@@ -94,3 +94,17 @@ def test_failure_streak() -> None:
     streak.succeeded()
     assert not streak.failed() and not streak.failed()
     assert streak.failed() and streak.count == 0
+
+
+def test_no_rebalance_while_a_handoff_runs_or_right_after_moves() -> None:
+    from kclasync._core.assignment_decisions import may_rebalance
+    from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
+
+    calm = FleetSnapshot(leases=(LeaseLoad("a", "w1"),), workers=(WorkerLoad("w1"),))
+    busy = FleetSnapshot(
+        leases=(LeaseLoad("a", "w2", checkpoint_owner="w1"),),
+        workers=(WorkerLoad("w1"), WorkerLoad("w2")),
+    )
+    assert may_rebalance(calm, moved_last_run=False)
+    assert not may_rebalance(calm, moved_last_run=True)
+    assert not may_rebalance(busy, moved_last_run=False)
