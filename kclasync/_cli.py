@@ -28,6 +28,14 @@ def _leases_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("--region", help="AWS region")
 
 
+def _workers_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("workers", help="print each worker's metrics, throughput and lease count")
+    p.add_argument("--application", "-a", required=True, help="application (lease table) name")
+    p.add_argument("--table", help="lease table name, if not the application name")
+    p.add_argument("--endpoint-url", help="DynamoDB endpoint (for local emulators)")
+    p.add_argument("--region", help="AWS region")
+
+
 def _sticky_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sticky",
@@ -79,25 +87,27 @@ def _common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             )
 
 
-class _Formatter(argparse.HelpFormatter):
-    """argparse's formatter, but it makes room for the sub-commands' own indent when it picks
-    the help column (argparse measures them at their parent's indent, so a long command name
-    wraps its help onto the next line)."""
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wide enough that every command's help stays on one line: subcommands are listed one
+    indent deeper than argparse measures them, so their width is counted at that indent."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=24, width=100)
 
     def add_argument(self, action: argparse.Action) -> None:
         super().add_argument(action)
-        if action.help is not argparse.SUPPRESS and isinstance(action, argparse._SubParsersAction):
-            for sub in action._get_subactions():
-                width = len(self._format_action_invocation(sub)) + self._current_indent + 2
-                self._action_max_length = max(self._action_max_length, width)
+        if action.help is argparse.SUPPRESS or not isinstance(action, argparse._SubParsersAction):
+            return
+        for sub in action._get_subactions():
+            length = len(self._format_action_invocation(sub)) + self._current_indent + 2
+            self._action_max_length = max(self._action_max_length, length)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kclasync",
         description="Consume Amazon Kinesis with the KCL lease protocol, from asyncio.",
-        # Wide enough that every command's help stays on one line.
-        formatter_class=lambda prog: _Formatter(prog, max_help_position=30, width=100),
+        formatter_class=_HelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo_parser(sub)
@@ -105,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sticky_parser(sub)
     simulation_cli.add_parser(sub)
     dashboard_cli.add_parser(sub)
+    _workers_parser(sub)
     _common_options(sub)
     return parser
 
@@ -172,6 +183,11 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         options = ClientOptions(endpoint_url=args.endpoint_url, region_name=args.region)
         return asyncio.run(print_lease_table(options, args.table or args.application))
+    if args.command == "workers":
+        from kclasync._worker_view import print_workers
+
+        options = ClientOptions(endpoint_url=args.endpoint_url, region_name=args.region)
+        return asyncio.run(print_workers(options, args.table or args.application))
     if args.command == "sticky":
         if args.worker and args.action != "pin":
             parser.error("--worker goes with pin")

@@ -90,15 +90,25 @@ def _initial_position(value: Any) -> InitialPosition:
 
 
 class LeaseTakerKind(str, enum.Enum):
+    """How leases are spread. ``balanced`` and ``kcl2``: every worker takes and steals.
+    ``kcl3`` and ``load``: only the leader assigns (the KCL 3.x variance decider, or the
+    load-aware planner); the other workers process what the leader assigned to them."""
+
     BALANCED = "balanced"
     KCL2 = "kcl2"
+    KCL3 = "kcl3"
+    LOAD = "load"
+
+    @property
+    def leader_based(self) -> bool:
+        return self in (LeaseTakerKind.KCL3, LeaseTakerKind.LOAD)
 
 
 def _taker_kind(value: Any) -> LeaseTakerKind:
     try:
         return LeaseTakerKind(value)
     except (ValueError, TypeError):
-        raise ConfigError("lease_taker", "must be 'balanced' or 'kcl2'") from None
+        raise ConfigError("lease_taker", "must be 'balanced', 'kcl2', 'kcl3' or 'load'") from None
 
 
 def _error_policy(value: Any) -> ProcessorErrorPolicy:
@@ -140,9 +150,22 @@ class ConsumerConfig:
         metadata=_meta("leases", kcl="maxLeasesForWorker"),
     )
     #: How leases are spread: ``balanced`` (batch stealing over the worker registry: balanced in
-    #: one round, moves handed over gracefully) or ``kcl2`` (the Java KCL 2.x rules).
+    #: one round, moves handed over gracefully), ``kcl2`` (the Java KCL 2.x rules), or
+    #: leader-based: ``kcl3`` (the KCL 3.x variance decider) and ``load`` (the load-aware
+    #: planner), where only the leader assigns and the others find their leases by the owner index.
     lease_taker: LeaseTakerKind = attrs.field(
         default=LeaseTakerKind.BALANCED, converter=_taker_kind, metadata=_meta("")
+    )
+    #: Leader-based modes: how often the leader plans. None: 2 x failover_time (the KCL 3.x
+    #: default of leaseAssignmentIntervalMillis).
+    assignment_interval: float | None = attrs.field(
+        default=None, validator=_positive, metadata=_meta("s", kcl="leaseAssignmentIntervalMillis")
+    )
+    #: Leader-based modes: how often a worker queries the owner index for leases assigned to it.
+    #: None: failover_time / 3 (well within the failover time, so an assigned lease is renewed
+    #: before the leader could judge it expired).
+    assignment_discovery_interval: float | None = attrs.field(
+        default=None, validator=_positive, metadata=_meta("s")
     )
     #: At most this many leases stolen by one worker in one round (None: no limit; the Java
     #: KCL's maxLeasesToStealAtOneTime is 1).
@@ -303,6 +326,18 @@ class ConsumerConfig:
     def renewer_interval(self) -> float:
         """How often held leases are renewed: failover / 3 - epsilon."""
         return self.failover_time / 3 - self.epsilon
+
+    @property
+    def effective_assignment_interval(self) -> float:
+        if self.assignment_interval is not None:
+            return self.assignment_interval
+        return 2 * self.failover_time
+
+    @property
+    def effective_discovery_interval(self) -> float:
+        if self.assignment_discovery_interval is not None:
+            return self.assignment_discovery_interval
+        return self.failover_time / 3
 
     @property
     def taker_interval(self) -> float:

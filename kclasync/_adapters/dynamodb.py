@@ -164,6 +164,25 @@ class DynamoLeaseStore:
                 return LeaseScan(tuple(leases), tuple(corrupt), tuple(workers))
             kwargs["ExclusiveStartKey"] = last
 
+    async def lease_keys_of(self, owner: str) -> tuple[str, ...]:
+        keys: list[str] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": c.OWNER_INDEX,
+            "KeyConditionExpression": "#o = :o",
+            "ExpressionAttributeNames": {"#o": c.LEASE_OWNER},
+            "ExpressionAttributeValues": {":o": {"S": owner}},
+        }
+        while True:
+            async with _mapped_errors("Query"):
+                self._count("query")
+                resp = await self._client.query(**kwargs)
+            keys.extend(item[c.LEASE_KEY]["S"] for item in resp.get("Items", []))
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                return tuple(sorted(keys))
+            kwargs["ExclusiveStartKey"] = last
+
     async def get_lease(self, key: str) -> Lease | None:
         async with _mapped_errors("GetItem"):
             self._count("get_item")

@@ -76,6 +76,10 @@ class LeaseStore(Protocol):
     async def get_lease(self, key: str) -> Lease | None:
         """Read one lease strongly; raises CorruptLeaseError for an unreadable item."""
 
+    async def lease_keys_of(self, owner: str) -> tuple[str, ...]:
+        """The keys of the leases whose ``leaseOwner`` is ``owner``, from the owner index
+        (``LeaseOwnerToLeaseKeyIndex``: eventually consistent, keys only), sorted."""
+
     async def create_lease(self, lease: Lease) -> bool:
         """Write a new lease if no item has its key. False when one already exists."""
 

@@ -151,6 +151,10 @@ class LeaseTaking:
         stolen = tuple(lease for lease in results[len(take) :] if lease is not None)
         return TakePlan(take=taken, steal=stolen)
 
+    async def take_assigned(self, lease: Lease) -> bool:
+        """Take a lease the leader assigned to this worker (leader-based modes)."""
+        return await self._take(lease, stolen=False) is not None
+
     async def _take(self, lease: Lease, *, stolen: bool) -> Lease | None:
         if lease.key in self._holder.held:
             return None

@@ -27,6 +27,7 @@ from kclasync._config import ConsumerConfig, LeaseTakerKind
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease_taker import LeaseTaker
 from kclasync._processor import ProcessorFactory
+from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment, assignment_tasks
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
@@ -181,6 +182,21 @@ class Worker:
             on_failure=self.fail,
         )
         self.coordinator.listener = self.supervisor
+        #: Leader-based modes (``kcl3``, ``load``): the leader's loop and this worker's discovery.
+        self.assignment: LeaderAssignment | None = None
+        self.discovery: AssignmentDiscovery | None = None
+        if cfg.lease_taker.leader_based:
+            self.assignment, self.discovery = assignment_tasks(
+                self.coordinator,
+                self.elector,
+                policy=cfg.lease_taker,
+                interval=cfg.effective_assignment_interval,
+                discovery_interval=cfg.effective_discovery_interval,
+                # The worker-metrics registry, once the runtime reports into one; until then
+                # liveness comes from the lease-table heartbeats (LeaderAssignment.live_workers).
+                registry=None,
+                rng=spec.rng,
+            )
 
     def fail(self, exc: BaseException) -> None:
         """Stop gracefully because of ``exc``; ``run()`` raises it at the end."""
@@ -216,9 +232,19 @@ class Worker:
                     if cfg.lease_taker is LeaseTakerKind.BALANCED
                     else 0.0
                 )
-                taker = coordinator.taking.loop(self._taker_wake, first_delay=first_delay)
+                if self.assignment is not None and self.discovery is not None:
+                    taking = [
+                        loops.create_task(self._watched(self.assignment.run()), name="assignment"),
+                        loops.create_task(
+                            self._watched(self.discovery.run(self._taker_wake)),
+                            name="assignment-discovery",
+                        ),
+                    ]
+                else:
+                    taker = coordinator.taking.loop(self._taker_wake, first_delay=first_delay)
+                    taking = [loops.create_task(self._watched(taker), name="taker")]
                 duties = [
-                    loops.create_task(self._watched(taker), name="taker"),
+                    *taking,
                     loops.create_task(self._watched(self.elector.run()), name="leader-lock"),
                     loops.create_task(self._watched(self.duties.run()), name="leader-duties"),
                 ]

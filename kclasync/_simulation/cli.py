@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from kclasync._simulation.faults import ALL_FAULTS, parse_faults
+from kclasync._simulation.settings import TAKERS
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,9 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--fault-rate", type=float, default=1.0, help="multiplies fault rates (1)")
     p.add_argument("--failover", type=float, default=10.0, help="failover time, seconds (10)")
-    p.add_argument(
-        "--taker", choices=("kcl2", "balanced"), default="balanced", help="lease taker (balanced)"
-    )
+    p.add_argument("--taker", choices=TAKERS, default="balanced", help="lease taker (balanced)")
     p.add_argument(
         "--rate", type=float, default=2.0, help="records per shard per minute produced (2)"
     )
@@ -54,6 +53,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--wall-limit", type=float, default=None, help="abort a run after this many real seconds"
     )
     p.add_argument("--json", action="store_true", help="print each report as one JSON line")
+    p.add_argument(
+        "--load-scenario",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=(
+            "instead of faults: skewed shards, unequal workers, a join, a leave and a leader "
+            "crash every SECONDS, run for the balanced, kcl3 and load policies; prints a table"
+        ),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,6 +88,20 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kclasync simulate: {exc}", file=sys.stderr)
         return 2
+    if args.load_scenario is not None:
+        from kclasync._simulation.load_scenario import compare_policies, format_comparison
+
+        results = compare_policies(
+            workers=args.workers,
+            shards=args.shards,
+            seed=args.seed,
+            change_every=args.load_scenario,
+        )
+        print(format_comparison(results), flush=True)
+        bad = [r for r in results if r.report.violation_count]
+        for r in bad:
+            print(format_report(r.report), flush=True)
+        return 1 if bad else 0
     failed = 0
     for offset in range(max(1, args.seeds)):
         settings = attrs.evolve(base, seed=base.seed + offset)

@@ -14,7 +14,12 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from kclasync._adapters.memory import FaultPlan, MemoryLeaseTable, MemoryStream
+from kclasync._adapters.memory import (
+    FaultPlan,
+    MemoryCoordinatorState,
+    MemoryLeaseTable,
+    MemoryStream,
+)
 from kclasync._consumer import Consumer
 from kclasync._simulation.settings import APPLICATION, STREAM, SimulationSettings
 from kclasync._simulation.worker import (
@@ -53,6 +58,8 @@ class Fleet:
         self.events = events
         self.registry = CollectorRegistry()
         self.taker = settings.lease_taker()
+        #: The leader lock items every worker shares.
+        self.locks = MemoryCoordinatorState()
         self.workers: list[SimWorker] = []
         self.startup_failures = 0
         #: Delayed worker starts not yet done.
@@ -79,6 +86,7 @@ class Fleet:
             lease_store=SimLeaseStore(self.table, self.store_plan, worker),
             stream_client=SimStreamClient(self.stream, self.stream_plan, worker),
             lease_taker=self.taker,
+            coordinator_state=self.locks.shared(),
             rng=random.Random(self.rng_workers.getrandbits(64)),
         )
         self.workers.append(worker)

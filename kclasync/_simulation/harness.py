@@ -158,6 +158,10 @@ class Simulation:
         if not live:
             return False, orphans, 0, 0
         low, high = min(live.values()), max(live.values())
+        if self.settings.leader_based:
+            # The leader balances throughput or CPU, not counts (and the KCL 3.x decider counts
+            # a lease without throughput as 0): only ownership is checked.
+            return orphans == 0, orphans, low, high
         return orphans == 0 and high - low <= 1, orphans, low, high
 
     def drained(self) -> bool:

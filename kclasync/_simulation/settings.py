@@ -14,6 +14,7 @@ from kclasync._core.balanced_taker import BalancedLeaseTaker
 from kclasync._core.lease_taker import Kcl2LeaseTaker, LeaseTaker
 from kclasync._simulation.faults import ALL_FAULTS
 
+TAKERS = ("kcl2", "balanced", "kcl3", "load")
 STREAM = "sim"
 APPLICATION = "sim"
 
@@ -29,7 +30,8 @@ class SimulationSettings:
     #: Multiplies every event fault's rate (``faults.RATE_PER_HOUR``).
     fault_rate: float = 1.0
     failover_time: float = 10.0
-    #: ``kcl2`` (the Java KCL 2.x rules, the default taker) or ``balanced``.
+    #: ``kcl2`` (the Java KCL 2.x rules, the default taker), ``balanced``, or the leader-based
+    #: ``kcl3`` and ``load`` (the workers then share one leader lock).
     taker: str = "kcl2"
     records_per_shard_per_minute: float = 2.0
     idle_time_between_reads: float = 2.0
@@ -48,8 +50,8 @@ class SimulationSettings:
             raise ValueError("workers and shards must be at least 1")
         if self.hours <= 0:
             raise ValueError("hours must be positive")
-        if self.taker not in ("kcl2", "balanced"):
-            raise ValueError(f"taker must be kcl2 or balanced, not {self.taker!r}")
+        if self.taker not in TAKERS:
+            raise ValueError(f"taker must be one of {', '.join(TAKERS)}, not {self.taker!r}")
         unknown = self.faults - ALL_FAULTS
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}")
@@ -69,7 +71,15 @@ class SimulationSettings:
             failed_shard_backoff=3 * f,
             worker_id=worker_id,
             checkpoint_interval=self.checkpoint_interval or f,
+            lease_taker=self.taker,
+            # Leader-based modes: a lock that fails over within a few failover times.
+            leader_lock_duration=3 * f,
+            leader_heartbeat_interval=f / 2,
         )
+
+    @property
+    def leader_based(self) -> bool:
+        return self.taker in ("kcl3", "load")
 
     def lease_taker(self) -> LeaseTaker:
         if self.taker == "balanced":
@@ -77,4 +87,4 @@ class SimulationSettings:
         return Kcl2LeaseTaker()
 
 
-__all__ = ["APPLICATION", "STREAM", "SimulationSettings"]
+__all__ = ["APPLICATION", "STREAM", "TAKERS", "SimulationSettings"]

@@ -121,6 +121,14 @@ class SimLeaseStore(MemoryLeaseStore):
         )
         return stored
 
+    async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
+        # Load scenarios: the simulated shard throughput goes with the renewal when the runtime
+        # does not supply one (the renewal's own throughputKBps write comes from the coordinator).
+        if throughput_kbps is None:
+            rate = getattr(self.worker.sim, "lease_throughput", None)
+            throughput_kbps = rate(lease.key) if rate is not None else None
+        return await super().renew_lease(lease, throughput_kbps)
+
     async def delete_lease(self, lease: Lease) -> bool:
         deleted = await super().delete_lease(lease)
         if deleted:

@@ -148,6 +148,15 @@ class MemoryLeaseStore(WorkerRegistryWrites):
 
         return await self._read("list_leases", apply)
 
+    async def lease_keys_of(self, owner: str) -> tuple[str, ...]:
+        def apply() -> tuple[str, ...]:
+            leases = self.table.leases
+            keys = tuple(k for k in sorted(leases) if leases[k].owner == owner)
+            self.table.items_scanned += len(keys)
+            return keys
+
+        return await self._read("lease_keys_of", apply)
+
     async def get_lease(self, key: str) -> Lease | None:
         return await self._read("get_lease", lambda: self._stored(key))
 

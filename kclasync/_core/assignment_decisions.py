@@ -1,0 +1,190 @@
+"""Leader-based assignment: what the leader writes for a plan, and what a follower does with
+the leases the owner index shows it.
+
+Owns: building the leader's ``FleetSnapshot`` from one lease-table scan and the worker metrics
+(``fleet_snapshot``, ``worker_loads``), turning a ``Plan`` into conditional writes
+(``leader_writes``: an assignment is a take in the new owner's name, a move a graceful handoff),
+the follower's decision for one lease read after an index query (``follower_step``), and the
+rule that three consecutive failed assignment runs give up leadership (``FailureStreak``).
+Must not: do I/O, read clocks (``now`` is passed in) or draw randomness. The runtime
+(``kclasync._runtime.assignment``) and the simulation apply these unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from kclasync._core.expiry import ExpiryTracker
+from kclasync._core.lease import Lease, StickyMode
+from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, Plan, WorkerLoad
+from kclasync._core.worker_metrics import CPU, WorkerMetrics
+
+__all__ = [
+    "MAX_CONSECUTIVE_FAILURES",
+    "FailureStreak",
+    "FollowerStep",
+    "LeaderWrite",
+    "WriteKind",
+    "fleet_snapshot",
+    "follower_step",
+    "leader_writes",
+    "may_rebalance",
+    "renewing_owners",
+    "worker_loads",
+]
+
+#: Seed 003: the leader gives the lock up after this many failed assignment runs in a row.
+MAX_CONSECUTIVE_FAILURES = 3
+
+
+def worker_loads(
+    live_ids: Iterable[str],
+    metrics: Mapping[str, WorkerMetrics],
+    *,
+    capacities: Mapping[str, float] | None = None,
+) -> tuple[WorkerLoad, ...]:
+    """One ``WorkerLoad`` per live worker, sorted by id. CPU is the latest sample of the
+    ``C`` metric (None without one, or when it failed: -1), the operating range its ``opr``
+    maximum (100 without one); ``capacities`` (KB/s at 100 % CPU) where known."""
+    out: list[WorkerLoad] = []
+    for wid in sorted(set(live_ids)):
+        entry = metrics.get(wid)
+        cpu: float | None = None
+        limit = 100.0
+        if entry is not None:
+            samples = entry.metric_stats.get(CPU, ())
+            if samples and samples[-1] >= 0 and math.isfinite(samples[-1]):
+                cpu = float(samples[-1])
+            rng = entry.operating_range.get(CPU, ())
+            if rng and rng[0] > 0:
+                limit = float(rng[0])
+        cap = (capacities or {}).get(wid)
+        out.append(WorkerLoad(wid, cpu_percent=cpu, max_cpu_percent=limit, capacity_kbps=cap))
+    return tuple(out)
+
+
+def renewing_owners(leases: Iterable[Lease], expiry: ExpiryTracker, now: float) -> set[str]:
+    """Owners of leases whose counter still moves: live whatever the registry says (a worker
+    that renews is alive; a new leader that has not watched long enough keeps them)."""
+    return {
+        lease.owner
+        for lease in leases
+        if lease.owner is not None and not expiry.is_expired(lease, now)
+    }
+
+
+def fleet_snapshot(
+    leases: Iterable[Lease],
+    workers: tuple[WorkerLoad, ...],
+    expiry: ExpiryTracker,
+    now: float,
+) -> FleetSnapshot:
+    """The leader's snapshot of one scan. ``expiry`` must have observed this scan at ``now``.
+
+    Finished leases (SHARD_END) are left out: nobody needs to process them. A lease is expired
+    when its counter stood still past the failover time on the leader's clock (a new leader
+    judges nothing expired before it has watched for that long: it resumes from the table
+    alone). Older leases (counter still for longer) come first in the priority assignment.
+    """
+    loads: list[LeaseLoad] = []
+    for lease in leases:
+        if lease.checkpoint.is_shard_end:
+            continue
+        expired = lease.owner is not None and expiry.is_expired(lease, now)
+        idle = expiry.idle_for(lease, now)
+        loads.append(
+            LeaseLoad(
+                key=lease.key,
+                owner=lease.owner,
+                throughput_kbps=lease.throughput_kbps,
+                sticky=lease.sticky_mode is StickyMode.PINNED,
+                expired=expired,
+                checkpoint_owner=lease.checkpoint_owner,
+                age_order=-idle if math.isfinite(idle) else 0.0,
+            )
+        )
+    return FleetSnapshot(leases=tuple(loads), workers=workers)
+
+
+class WriteKind(enum.Enum):
+    #: ``take_lease(lease, to)``: the lease had no live owner; fenced on its counter.
+    ASSIGN = "assign"
+    #: ``start_handoff(lease, to)``: leaseOwner = to, checkpointOwner = the old owner, which
+    #: finishes its batch, checkpoints and lets go; fenced on owner and counter.
+    HANDOFF = "handoff"
+
+
+@attrs.frozen
+class LeaderWrite:
+    kind: WriteKind
+    lease: Lease
+    to_worker: str
+
+
+def leader_writes(plan: Plan, scanned: Mapping[str, Lease]) -> tuple[LeaderWrite, ...]:
+    """The conditional writes for ``plan`` against the leases as scanned, in the plan's order
+    (assignments oldest first, then moves). A move of a lease whose owner is unknown in the
+    scan, or that is already being handed off, becomes nothing (the planners do not plan these;
+    this is the guard)."""
+    out: list[LeaderWrite] = []
+    for move in plan.assignments:
+        lease = scanned.get(move.lease_key)
+        if lease is not None and lease.owner != move.to_worker:
+            out.append(LeaderWrite(WriteKind.ASSIGN, lease, move.to_worker))
+    for move in plan.moves:
+        lease = scanned.get(move.lease_key)
+        if lease is None or lease.owner is None or lease.owner == move.to_worker:
+            continue
+        if lease.checkpoint_owner is not None:
+            continue
+        out.append(LeaderWrite(WriteKind.HANDOFF, lease, move.to_worker))
+    return tuple(out)
+
+
+class FollowerStep(enum.Enum):
+    #: Not ours (the index lags, or it moved on): nothing to do.
+    SKIP = "skip"
+    #: Assigned to us with no handoff under way: take it in our name (counter+1) and start.
+    TAKE = "take"
+    #: Handed to us: hold it as incoming and renew it; the pipeline starts once the old owner
+    #: has checkpointed and removed ``checkpointOwner`` (or the handoff timed out).
+    INCOMING = "incoming"
+
+
+def follower_step(worker_id: str, lease: Lease | None, held: bool) -> FollowerStep:
+    """What a worker does with one lease the owner index listed under its id, as read strongly."""
+    if held or lease is None or lease.owner != worker_id or lease.checkpoint.is_shard_end:
+        return FollowerStep.SKIP
+    if lease.checkpoint_owner is None or lease.checkpoint_owner == worker_id:
+        return FollowerStep.TAKE
+    return FollowerStep.INCOMING
+
+
+def may_rebalance(snapshot: FleetSnapshot, moved_last_run: bool) -> bool:
+    """Whether this run may move leases, or only assign: not while a handoff is still under way
+    or right after a run that moved (measured CPU lags the moves: a worker that just received
+    leases still looks idle, and planning on that reading overshoots and oscillates)."""
+    return not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases)
+
+
+@attrs.define
+class FailureStreak:
+    """Consecutive failed assignment runs; ``failed()`` says when to give the lock up."""
+
+    limit: int = MAX_CONSECUTIVE_FAILURES
+    count: int = 0
+
+    def succeeded(self) -> None:
+        self.count = 0
+
+    def failed(self) -> bool:
+        """Count a failure; True when the streak reaches the limit (and restart counting)."""
+        self.count += 1
+        if self.count >= self.limit:
+            self.count = 0
+            return True
+        return False

@@ -1,0 +1,282 @@
+"""Leader-based assignment (``lease_taker`` = ``kcl3`` or ``load``): the leader's assignment
+loop and every worker's discovery of the leases assigned to it.
+
+Owns: ``LeaderAssignment`` (while this worker holds the leader lock: every assignment interval,
+one lease-table scan plus the worker metrics, a plan, and the plan's conditional writes;
+three failed runs in a row give the lock up) and ``AssignmentDiscovery`` (every worker: query
+the owner index for leases under its id, read the new ones strongly, and take them or hold them
+as incoming handoffs). The decisions are ``kclasync._core.assignment_decisions`` and the
+planners; holding and renewing is the lease coordinator's job.
+Must not: decide what to assign or what a listed lease means, or read any clock but the
+coordinator's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import TYPE_CHECKING
+
+from kclasync._adapters.protocols import LeaseScan, LeaseStore
+from kclasync._adapters.worker_registry import WorkerRegistry
+from kclasync._config import LeaseTakerKind
+from kclasync._core.assignment_decisions import (
+    FailureStreak,
+    FollowerStep,
+    LeaderWrite,
+    WriteKind,
+    fleet_snapshot,
+    follower_step,
+    leader_writes,
+    may_rebalance,
+    renewing_owners,
+    worker_loads,
+)
+from kclasync._core.expiry import ExpiryTracker
+from kclasync._core.held_lease import HeldState
+from kclasync._core.kcl3_decider import is_balancing_run, plan_kcl3
+from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.load_assignment import FleetSnapshot, Plan
+from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
+from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._runtime.held import HeldLease
+from kclasync.errors import AdapterError
+
+if TYPE_CHECKING:
+    from kclasync._runtime.leader import LeaderElector
+    from kclasync._runtime.lease_coordinator import LeaseCoordinator
+
+log = logging.getLogger("kclasync.assignment")
+
+
+class LeaderAssignment:
+    """The leader's loop. Resumes from the table alone: a new leader judges expiry from its own
+    observations, so it assigns an owned lease only after watching it stand still."""
+
+    def __init__(
+        self,
+        *,
+        holder: LeaseCoordinator,
+        elector: LeaderElector,
+        policy: LeaseTakerKind,
+        interval: float,
+        registry: WorkerRegistry | None,
+        rng: random.Random,
+    ) -> None:
+        if not policy.leader_based:
+            raise ValueError(f"{policy.value} is not a leader-based assignment mode")
+        self._holder = holder
+        self._elector = elector
+        self.policy = policy
+        self.interval = interval
+        self.registry = registry
+        self._rng = rng
+        self.expiry: ExpiryTracker = holder.taking.expiry
+        self._workers = ExpiryTracker(holder.taking.workers.failover_time)
+        self.streak = FailureStreak()
+        #: Assignment runs completed as leader (kcl3 balances on every 3rd).
+        self.runs = 0
+        self.writes_ok = 0
+        self.writes_refused = 0
+        #: The last snapshot and plan (for the CLI, tests and the simulation report).
+        self.last_snapshot: FleetSnapshot | None = None
+        self.last_plan: Plan = Plan()
+
+    # -- the worker metrics ----------------------------------------------------------------
+
+    async def live_workers(
+        self, scan: LeaseScan, now: float
+    ) -> tuple[set[str], dict[str, WorkerMetrics]]:
+        """The live workers and their metrics. THE one place that knows where liveness comes
+        from: the ``WorkerRegistry`` entries when the worker was given a registry (an entry is
+        live while its ``lut`` keeps changing on this clock), plus the lease-table heartbeats
+        of ``scan.workers`` while those exist, plus this worker."""
+        beats: list[Lease] = [
+            Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat) for w in scan.workers
+        ]
+        metrics: dict[str, WorkerMetrics] = {}
+        if self.registry is not None:
+            decoded = await self.registry.list_workers()
+            for entry in decoded.entries:
+                metrics[entry.worker_id] = entry
+                beats.append(
+                    Lease(key=entry.worker_id, owner=entry.worker_id, counter=entry.last_update)
+                )
+        self._workers.observe(beats, now)
+        live = {b.key for b in beats if not self._workers.is_expired(b, now)}
+        live.add(self._holder.worker_id)
+        return live, metrics
+
+    # -- one run ---------------------------------------------------------------------------
+
+    def plan(self, snapshot: FleetSnapshot) -> Plan:
+        if self.policy is LeaseTakerKind.KCL3:
+            balance = is_balancing_run(self.runs + 1)
+            return plan_kcl3(snapshot, balance=balance, seed=self._rng.getrandbits(32))
+        if not may_rebalance(snapshot, bool(self.last_plan.moves)):
+            return plan_load_aware(snapshot, BalancerSettings(max_moves=0))
+        return plan_load_aware(snapshot)
+
+    async def run_once(self) -> Plan:
+        """One assignment run: scan, plan, write. Raises AdapterError when the scan or the
+        metrics cannot be read; refused conditional writes are normal and only counted."""
+        scan = await self._holder.store.list_leases()
+        now = self._holder.now()
+        self.expiry.observe(scan.leases, now)
+        live, metrics = await self.live_workers(scan, now)
+        live |= renewing_owners(scan.leases, self.expiry, now)
+        self._holder.taking.live_workers = frozenset(live)
+        self._holder.taking.last_scan = scan.leases
+        snapshot = fleet_snapshot(scan.leases, worker_loads(live, metrics), self.expiry, now)
+        plan = self.plan(snapshot)
+        self.runs += 1
+        self.last_snapshot, self.last_plan = snapshot, plan
+        writes = leader_writes(plan, {lease.key: lease for lease in scan.leases})
+        results = await asyncio.gather(*(self._write(w) for w in writes))
+        for write, ok in zip(writes, results, strict=True):
+            if ok:
+                log.info(
+                    "leader %s %s lease %s to %s",
+                    self._holder.worker_id,
+                    "assigned" if write.kind is WriteKind.ASSIGN else "is handing",
+                    write.lease.key,
+                    write.to_worker,
+                )
+        return plan
+
+    async def _write(self, write: LeaderWrite) -> bool:
+        store = self._holder.store
+        try:
+            if write.kind is WriteKind.ASSIGN:
+                done = await store.take_lease(write.lease, write.to_worker)
+            else:
+                done = await store.start_handoff(write.lease, write.to_worker)
+        except (AdapterError, CorruptLeaseError) as exc:
+            log.info("assignment write for %s failed: %s", write.lease.key, exc)
+            done = None
+        if done is None:
+            self.writes_refused += 1
+            return False
+        self.writes_ok += 1
+        return True
+
+    async def run(self) -> None:
+        while True:
+            started = self._holder.now()
+            if self._elector.is_leader() and self._holder.taking.enabled:
+                try:
+                    await self.run_once()
+                    self.streak.succeeded()
+                except AdapterError as exc:
+                    log.warning("assignment run failed: %s", exc)
+                    if self.streak.failed():
+                        log.warning(
+                            "worker %s gives up leadership after repeated assignment failures",
+                            self._holder.worker_id,
+                        )
+                        await self._elector.release()
+            else:
+                self.streak.succeeded()
+            await asyncio.sleep(max(0.0, self.interval - (self._holder.now() - started)))
+
+
+class AssignmentDiscovery:
+    """Every worker's side: find what the leader assigned here through the owner index."""
+
+    def __init__(self, *, holder: LeaseCoordinator, interval: float) -> None:
+        self._holder = holder
+        self.interval = interval
+        self.queries = 0
+        self.reads = 0
+
+    @property
+    def store(self) -> LeaseStore:
+        return self._holder.store
+
+    async def discover_once(self) -> list[str]:
+        """One index query; returns the keys taken or held as incoming."""
+        holder = self._holder
+        me = holder.worker_id
+        self.queries += 1
+        keys = await self.store.lease_keys_of(me)
+        acquired: list[str] = []
+        for key in keys:
+            if key in holder.held or holder.taking.is_excluded(key) or not holder.taking.enabled:
+                continue
+            self.reads += 1
+            try:
+                lease = await self.store.get_lease(key)
+            except CorruptLeaseError as exc:
+                log.error("%s; this lease is skipped until it is repaired", exc)
+                continue
+            step = follower_step(me, lease, key in holder.held)
+            if lease is None or step is FollowerStep.SKIP:
+                continue
+            if await self._apply(step, lease):
+                acquired.append(key)
+        return acquired
+
+    async def _apply(self, step: FollowerStep, lease: Lease) -> bool:
+        holder = self._holder
+        sent = holder.now()
+        if step is FollowerStep.INCOMING:
+            # One fenced write of our own (a renewal: counter+1 on owner = us) before holding it,
+            # so the time we count from is a write we made, not a read.
+            try:
+                renewed = await self.store.renew_lease(lease)
+            except (AdapterError, CorruptLeaseError) as exc:
+                log.info("renewing the incoming lease %s failed: %s", lease.key, exc)
+                return False
+            if renewed is None or lease.key in holder.held:
+                return False
+            held = HeldLease(lease=renewed, renewed_at=sent, state=HeldState.INCOMING, since=sent)
+            holder.held[lease.key] = held
+            holder.update_gauge()
+            log.info(
+                "worker %s takes over lease %s once %s has checkpointed",
+                holder.worker_id,
+                lease.key,
+                lease.checkpoint_owner,
+            )
+            return True
+        return await holder.taking.take_assigned(lease)
+
+    async def run(self, wake: asyncio.Event | None = None) -> None:
+        while True:
+            started = self._holder.now()
+            try:
+                await self.discover_once()
+            except AdapterError as exc:
+                log.info("assignment discovery failed: %s", exc)
+            delay = max(0.0, self.interval - (self._holder.now() - started))
+            if wake is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), delay)
+                wake.clear()
+
+
+def assignment_tasks(
+    holder: LeaseCoordinator,
+    elector: LeaderElector,
+    *,
+    policy: LeaseTakerKind,
+    interval: float,
+    discovery_interval: float,
+    registry: WorkerRegistry | None,
+    rng: random.Random,
+) -> tuple[LeaderAssignment, AssignmentDiscovery]:
+    return (
+        LeaderAssignment(
+            holder=holder,
+            elector=elector,
+            policy=policy,
+            interval=interval,
+            registry=registry,
+            rng=rng,
+        ),
+        AssignmentDiscovery(holder=holder, interval=discovery_interval),
+    )

@@ -1,0 +1,258 @@
+"""A load scenario for the fault simulation: skewed shard throughput, workers of unequal
+capacity, joins, leaves and a leader crash, run on one seed for several assignment policies.
+
+Owns: the scenario's timeline (``LoadScenario``), the Zipf throughput per shard (re-ranked at
+each traffic change), the CPU model (utilisation = throughput processed / capacity + noise,
+reported into an in-memory ``WorkerRegistry`` in the KCL 3.x format), the utilisation samples
+and the settle times after each change, and the comparison table (``compare_policies``).
+Must not: decide assignments (the workers' own ``Consumer`` does) or check protocol invariants
+(``invariants`` does); it only drives and measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+from collections.abc import Sequence
+
+import attrs
+
+from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
+from kclasync._core.held_lease import HeldState
+from kclasync._core.worker_metrics import CPU, WorkerMetrics
+from kclasync._simulation.clock import run_virtual
+from kclasync._simulation.harness import Simulation
+from kclasync._simulation.report import SimulationReport
+from kclasync._simulation.settings import SimulationSettings
+from kclasync._simulation.worker import SimWorker, now
+
+#: Capacities (KB/s at 100 % CPU) given to workers in start order, cycling.
+CAPACITIES = (3000.0, 2000.0, 1400.0, 3000.0)
+#: Relative band around the mean utilisation that counts as settled.
+SETTLE_BAND = 0.10
+
+
+@attrs.frozen(kw_only=True)
+class ScenarioResult:
+    policy: str
+    max_over_mean: float
+    settle_seconds: tuple[float | None, ...]
+    changes: tuple[str, ...]
+    leases_moved: int
+    report: SimulationReport
+    interval: float
+
+
+def zipf_rates(shards: Sequence[str], rng: random.Random, *, s: float = 1.2) -> dict[str, float]:
+    """KB/s per shard: Zipf over a random ranking, the median shard at about 20 KB/s."""
+    order = list(shards)
+    rng.shuffle(order)
+    raw = [1.0 / (rank + 1) ** s for rank in range(len(order))]
+    median = statistics.median(raw)
+    return {shard: 20.0 * r / median for shard, r in zip(order, raw, strict=True)}
+
+
+class LoadScenario:
+    """Drives one ``Simulation``: traffic changes, a join, a graceful leave, a leader crash."""
+
+    def __init__(self, sim: Simulation, *, seed: int, change_every: float) -> None:
+        self.sim = sim
+        self.rng = random.Random(seed)
+        self.noise = random.Random(seed + 1)
+        self.change_every = change_every
+        self.registry = MemoryWorkerMetrics()
+        self.rates: dict[str, float] = {}
+        self.samples: list[tuple[float, float]] = []  # (time, max/mean)
+        self.spread: list[tuple[float, bool]] = []  # (time, every worker within the band)
+        self.changes: list[tuple[str, float]] = []
+        self.cpu_history: dict[str, list[float]] = {}
+        self.capacity: dict[str, float] = {}
+        self.owners: dict[str, str | None] = {}
+        self.moves = 0
+        sim.lease_throughput = self.lease_throughput  # type: ignore[attr-defined]
+
+    def lease_throughput(self, key: str) -> float:
+        return self.rates.get(key, 0.0)
+
+    def _retraffic(self) -> None:
+        shards = sorted(sh.shard_id for sh in self.sim.stream.shards)
+        self.rates = zipf_rates(shards, self.rng)
+
+    def _workers(self) -> list[SimWorker]:
+        return [w for w in self.sim.fleet.live_workers() if not w.paused]
+
+    def _capacity(self, worker: SimWorker) -> float:
+        if worker.name not in self.capacity:
+            self.capacity[worker.name] = CAPACITIES[len(self.capacity) % len(CAPACITIES)]
+        return self.capacity[worker.name]
+
+    async def _measure(self, period: float) -> None:
+        while True:
+            t = now()
+            utils: dict[str, float] = {}
+            for w in self._workers():
+                consumer = w.consumer
+                if consumer is None:
+                    continue
+                # What the worker processes: its active leases and those it is handing away
+                # (the old owner works until it lets go), not those still coming in.
+                coordinator = getattr(consumer, "_coordinator", None)
+                held = coordinator.held if coordinator is not None else {}
+                processed = sum(
+                    self.rates.get(k, 0.0)
+                    for k, h in held.items()
+                    if h.state in (HeldState.ACTIVE, HeldState.OUTGOING)
+                )
+                util = 100.0 * processed / self._capacity(w)
+                utils[w.name] = util
+                noisy = max(0.0, util + self.noise.gauss(0.0, 1.5))
+                hist = self.cpu_history.setdefault(w.name, [])
+                hist.append(round(noisy, 2))
+                del hist[:-10]
+                await self.registry.report(
+                    WorkerMetrics(
+                        worker_id=w.name,
+                        last_update=int(t),
+                        metric_stats={CPU: tuple(hist)},
+                        operating_range={CPU: (100,)},
+                    )
+                )
+                worker = getattr(consumer, "_worker", None)
+                assignment = getattr(worker, "assignment", None)
+                if assignment is not None and assignment.registry is None:
+                    assignment.registry = self.registry
+            for key, lease in self.sim.table.leases.items():
+                before = self.owners.get(key)
+                if before is not None and lease.owner is not None and before != lease.owner:
+                    self.moves += 1
+                self.owners[key] = lease.owner
+            if utils:
+                mean = sum(utils.values()) / len(utils)
+                if mean > 0:
+                    self.samples.append((t, max(utils.values()) / mean))
+                    within = all(abs(u - mean) <= SETTLE_BAND * mean for u in utils.values())
+                    self.spread.append((t, within))
+            await asyncio.sleep(period)
+
+    def _leader(self) -> SimWorker | None:
+        for w in self._workers():
+            if w.consumer is not None and w.consumer.is_leader:
+                return w
+        return None
+
+    async def drive(self) -> None:
+        f = self.sim.settings.failover_time
+        self._retraffic()
+        self.changes.append(("start", now()))
+        measure = asyncio.create_task(self._measure(f))
+        try:
+            step = self.change_every
+            await asyncio.sleep(step)
+            self._retraffic()
+            self.changes.append(("traffic", now()))
+            await asyncio.sleep(step)
+            self.sim.fleet.start_worker()
+            self.changes.append(("join", now()))
+            await asyncio.sleep(step)
+            leader = self._leader()
+            if leader is None and self._workers():
+                leader = self._workers()[0]
+            if leader is not None:
+                self.sim.fleet.crash(leader)
+                self.changes.append(("leader crash", now()))
+            await asyncio.sleep(step)
+            others = [w for w in self._workers() if not (w.consumer and w.consumer.is_leader)]
+            if others:
+                await self.sim.fleet.graceful_stop(others[-1])
+                self.changes.append(("leave", now()))
+            await asyncio.sleep(step)
+            self._retraffic()
+            self.changes.append(("traffic", now()))
+            await asyncio.sleep(step)
+        finally:
+            measure.cancel()
+
+    def settle_times(self, end: float) -> tuple[float | None, ...]:
+        """Seconds from each change until every worker stays within the band (to the next
+        change); None when it never did."""
+        out: list[float | None] = []
+        bounds = [t for _, t in self.changes] + [end]
+        for i, (_, start) in enumerate(self.changes):
+            window = [(t, ok) for t, ok in self.spread if bounds[i] <= t < bounds[i + 1]]
+            settled: float | None = None
+            for t, ok in window:
+                if ok and settled is None:
+                    settled = t
+                elif not ok:
+                    settled = None
+            out.append(None if settled is None else settled - start)
+        return tuple(out)
+
+
+def run_load_scenario(settings: SimulationSettings, *, change_every: float) -> ScenarioResult:
+    async def go() -> ScenarioResult:
+        sim = Simulation(settings)
+        scenario = LoadScenario(sim, seed=settings.seed, change_every=change_every)
+        report, _ = await asyncio.gather(sim.run(), scenario.drive())
+        ratios = [r for _, r in scenario.samples]
+        return ScenarioResult(
+            policy=settings.taker,
+            max_over_mean=sum(ratios) / len(ratios) if ratios else float("nan"),
+            settle_seconds=scenario.settle_times(now()),
+            changes=tuple(name for name, _ in scenario.changes),
+            leases_moved=scenario.moves,
+            report=report,
+            interval=settings.consumer_config("x").effective_assignment_interval,
+        )
+
+    return run_virtual(go, wall_limit=600)
+
+
+def compare_policies(
+    *,
+    workers: int = 3,
+    shards: int = 24,
+    seed: int = 0,
+    change_every: float = 600.0,
+    policies: Sequence[str] = ("balanced", "kcl3", "load"),
+) -> list[ScenarioResult]:
+    """The scenario on one seed for each policy (faults off: the changes are the scenario's)."""
+    out = []
+    for policy in policies:
+        settings = SimulationSettings(
+            workers=workers,
+            shards=shards,
+            seed=seed,
+            taker=policy,
+            faults=frozenset(),
+            hours=6 * change_every / 3600.0,
+            settle_rounds=15,
+        )
+        out.append(run_load_scenario(settings, change_every=change_every))
+    return out
+
+
+def format_comparison(results: Sequence[ScenarioResult]) -> str:
+    if not results:
+        return ""
+    changes = results[0].changes
+    head = "| policy | mean max/mean util | " + " | ".join(f"settle after {c}" for c in changes)
+    head += " | leases moved | duplicates | reads/lease-h (items) | writes/lease-h |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        settle = " | ".join(
+            "never" if s is None else f"{s:.0f} s ({s / r.interval:.1f} runs)"
+            for s in r.settle_seconds
+        )
+        rep = r.report
+        lines.append(
+            f"| {r.policy} | {r.max_over_mean:.3f} | {settle} | {r.leases_moved} | "
+            f"{rep.duplicates} | {rep.lease_reads_per_lease_hour:.0f} "
+            f"({rep.lease_items_scanned_per_lease_hour:.0f}) | "
+            f"{rep.lease_writes_per_lease_hour:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+__all__ = ["LoadScenario", "ScenarioResult", "compare_policies", "format_comparison"]

@@ -1,0 +1,175 @@
+"""Leader-based assignment on the in-memory table: the leader's writes, the followers' discovery
+through the owner index, graceful moves, and giving the lock up after failed runs."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
+from kclasync._config import LeaseTakerKind
+from kclasync._core.balanced_taker import BalancedLeaseTaker
+from kclasync._core.lease import Lease
+from kclasync._core.position import Checkpoint
+from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment
+from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
+from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync.errors import AdapterError
+
+pytestmark = pytest.mark.asyncio
+
+
+class Events:
+    def __init__(self) -> None:
+        self.log: list[tuple[str, str]] = []
+
+    def lease_acquired(self, held: HeldLease) -> None:
+        self.log.append(("acquired", held.key))
+
+    def lease_lost(self, held: HeldLease, reason: str) -> None:
+        self.log.append(("lost", held.key))
+
+    def lease_stop_requested(self, held: HeldLease, reason: str) -> None:
+        self.log.append(("stop", held.key))
+
+
+class Elector:
+    def __init__(self) -> None:
+        self.leader = True
+        self.released = 0
+
+    def is_leader(self) -> bool:
+        return self.leader
+
+    async def release(self) -> None:
+        self.released += 1
+        self.leader = False
+
+
+def coordinator(name: str, table: MemoryLeaseTable) -> LeaseCoordinator:
+    return LeaseCoordinator(
+        store=MemoryLeaseStore(table),
+        worker_id=name,
+        failover_time=10.0,
+        renewer_interval=3.0,
+        taker_interval=10.0,
+        taker=BalancedLeaseTaker(),
+        max_leases_for_worker=None,
+        max_leases_to_steal=None,
+        metrics=ConsumerMetrics(CollectorRegistry()),
+        application="app",
+        listener=Events(),
+        rng=random.Random(0),
+        graceful_handoff=True,
+    )
+
+
+def leader_of(c: LeaseCoordinator, policy: LeaseTakerKind, elector: Elector) -> LeaderAssignment:
+    return LeaderAssignment(
+        holder=c,
+        elector=elector,  # type: ignore[arg-type]
+        policy=policy,
+        interval=20.0,
+        registry=None,
+        rng=random.Random(1),
+    )
+
+
+@pytest.mark.parametrize("policy", [LeaseTakerKind.LOAD, LeaseTakerKind.KCL3])
+async def test_leader_assigns_and_followers_discover_through_the_index(
+    policy: LeaseTakerKind,
+) -> None:
+    table = MemoryLeaseTable()
+    workers = {name: coordinator(name, table) for name in ("a", "b", "c")}
+    for c in workers.values():
+        await c.heartbeat()
+    for i in range(6):
+        await workers["a"].store.create_lease(Lease(key=f"s{i}"))
+    leader = leader_of(workers["a"], policy, Elector())
+    plan = await leader.run_once()
+    assert len(plan.assignments) == 6 and not plan.moves
+    owners = [table.leases[f"s{i}"].owner for i in range(6)]
+    if policy is LeaseTakerKind.LOAD:
+        assert sorted(owners) == ["a", "a", "b", "b", "c", "c"]
+    else:  # KCL 3.x counts leases without throughput as 0: they may pile up on one worker
+        assert set(owners) <= {"a", "b", "c"}
+    for name, c in workers.items():
+        discovery = AssignmentDiscovery(holder=c, interval=3.0)
+        taken = await discovery.discover_once()
+        assert sorted(taken) == sorted(f"s{i}" for i in range(6) if owners[i] == name)
+        assert all(c.held[k].state is HeldState.ACTIVE for k in taken)
+        assert c.store.calls["lease_keys_of"] == 1
+        # only the leader scans
+        assert ("list_leases" in c.store.calls) == (name == "a")
+        # nothing new: one query, no reads
+        assert await discovery.discover_once() == [] and discovery.reads == len(taken)
+    # A second run assigns nothing again.
+    assert not (await leader.run_once()).assignments
+
+
+async def test_a_move_is_a_graceful_handoff_picked_up_after_the_checkpoint() -> None:
+    table = MemoryLeaseTable()
+    a, b = coordinator("a", table), coordinator("b", table)
+    await a.heartbeat()
+    await b.heartbeat()
+    for i in range(4):
+        await a.store.create_lease(Lease(key=f"s{i}", owner=None))
+        table.leases[f"s{i}"] = Lease(key=f"s{i}", owner="a", counter=1, throughput_kbps=10.0)
+    for i in range(4):
+        await a.taking._take(table.leases[f"s{i}"], stolen=False)
+    leader = leader_of(a, LeaseTakerKind.LOAD, Elector())
+    plan = await leader.run_once()
+    assert len(plan.moves) == 2 and {m.to_worker for m in plan.moves} == {"b"}
+    moved = [m.lease_key for m in plan.moves]
+    for key in moved:
+        assert table.leases[key].owner == "b" and table.leases[key].checkpoint_owner == "a"
+    discovery = AssignmentDiscovery(holder=b, interval=3.0)
+    assert sorted(await discovery.discover_once()) == sorted(moved)
+    assert all(b.held[k].state is HeldState.INCOMING for k in moved)
+    await a.renew_all()  # the old owner notices and drains
+    assert all(a.held[k].state is HeldState.OUTGOING for k in moved)
+    for key in moved:
+        await a.checkpoint(key, Checkpoint("7"))
+        assert await a.release(key)
+    await b.renew_all()
+    for key in moved:
+        assert b.held[key].state is HeldState.ACTIVE
+        assert b.held[key].lease.checkpoint == Checkpoint("7")
+        assert table.leases[key].checkpoint_owner is None
+    # The leader does not plan the same moves again.
+    assert not (await leader.run_once()).moves
+
+
+async def test_three_failed_runs_give_the_lock_up() -> None:
+    table = MemoryLeaseTable()
+    a = coordinator("a", table)
+
+    class Broken(MemoryLeaseStore):
+        async def list_leases(self):  # type: ignore[no-untyped-def]
+            raise AdapterError("Scan", "down")
+
+    a.store = Broken(table)
+    elector = Elector()
+    leader = leader_of(a, LeaseTakerKind.LOAD, elector)
+    leader.interval = 0.0
+    task = asyncio.create_task(leader.run())
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if elector.released:
+            break
+    task.cancel()
+    assert elector.released == 1 and not elector.leader
+
+
+async def test_a_new_leader_resumes_from_the_table_and_waits_for_expiry() -> None:
+    table = MemoryLeaseTable()
+    a, b = coordinator("a", table), coordinator("b", table)
+    await b.heartbeat()
+    table.leases["s0"] = Lease(key="s0", owner="gone", counter=5)
+    leader = leader_of(b, LeaseTakerKind.LOAD, Elector())
+    assert not (await leader.run_once()).all  # not judged expired on first sight
+    assert table.leases["s0"].owner == "gone"
+    del a
