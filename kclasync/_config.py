@@ -159,13 +159,15 @@ class ConsumerConfig:
     #: Leader-based modes: how often the leader plans. None: 2 x failover_time (the KCL 3.x
     #: default of leaseAssignmentIntervalMillis).
     assignment_interval: float | None = attrs.field(
-        default=None, validator=_positive, metadata=_meta("s", kcl="leaseAssignmentIntervalMillis")
+        default=None,
+        validator=_optional_positive,
+        metadata=_meta("s", kcl="leaseAssignmentIntervalMillis"),
     )
     #: Leader-based modes: how often a worker queries the owner index for leases assigned to it.
     #: None: failover_time / 3 (well within the failover time, so an assigned lease is renewed
     #: before the leader could judge it expired).
     assignment_discovery_interval: float | None = attrs.field(
-        default=None, validator=_positive, metadata=_meta("s")
+        default=None, validator=_optional_positive, metadata=_meta("s")
     )
     #: At most this many leases stolen by one worker in one round (None: no limit; the Java
     #: KCL's maxLeasesToStealAtOneTime is 1).
@@ -248,7 +250,9 @@ class ConsumerConfig:
     #: Handler mode (``processor=async def handle(records)``): record the checkpoint after each
     #: batch in memory and write it every ``checkpoint_interval`` instead of after every batch
     #: (fewer writes; a crash replays up to that many seconds of records).
-    buffered_handler_checkpoints: bool = attrs.field(default=False, metadata=_meta(""))
+    buffered_handler_checkpoints: bool = attrs.field(
+        default=False, validator=_flag, metadata=_meta("")
+    )
     #: How often the taker scans the table. None: failover + epsilon, so that a dead worker's
     #: leases are taken within about 2 x failover (the Java KCL scans every 2 x (failover +
     #: epsilon), which can take up to 4 x failover; set that value to match it exactly).
