@@ -42,22 +42,12 @@ class ShardNotFoundError(AdapterError):
 
 
 @attrs.frozen
-class WorkerHeartbeat:
-    """A worker-registry entry: liveness is judged from changes of ``heartbeat`` on the
-    reader's own clock, exactly like lease expiry."""
-
-    worker_id: str
-    heartbeat: int
-
-
-@attrs.frozen
 class LeaseScan:
-    """A full read of the lease table: parseable leases, items that are not, and the worker
-    registry entries kept in the same table."""
+    """A full read of the lease table: parseable leases and items that are not. The table
+    holds leases only (the worker registry is ``<app>-WorkerMetricStats``)."""
 
     leases: tuple[Lease, ...]
     corrupt: tuple[CorruptLeaseError, ...] = ()
-    workers: tuple[WorkerHeartbeat, ...] = ()
 
 
 class LeaseStore(Protocol):
@@ -108,12 +98,6 @@ class LeaseStore(Protocol):
     async def finish_handoff(self, lease: Lease) -> Lease | None:
         """The old owner is done: remove checkpointOwner, counter+1. Conditional on owner and
         checkpointOwner being as in ``lease``."""
-
-    async def heartbeat_worker(self, worker_id: str) -> None:
-        """Bump this worker's heartbeat in the worker registry (creating its entry)."""
-
-    async def remove_worker(self, worker_id: str) -> None:
-        """Remove this worker from the registry (on a graceful stop)."""
 
     async def delete_lease(self, lease: Lease) -> bool:
         """Delete, conditional on the counter being unchanged."""

@@ -15,7 +15,9 @@ import logging
 import random
 from collections.abc import Callable
 
+from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._adapters.protocols import LeaseStore
+from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._core.held_lease import (
     Event,
     FailedWrite,
@@ -35,6 +37,7 @@ from kclasync._core.position import Checkpoint
 from kclasync._runtime.held import HeldLease, LeaseListener
 from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync.errors import AdapterError, LeaseLostError, ThrottledError
 
 log = logging.getLogger("kclasync.leases")
@@ -63,6 +66,8 @@ class LeaseCoordinator:
         graceful_handoff: bool = False,
         handoff_timeout: float = 30.0,
         worker_timeout: float | None = None,
+        registry: WorkerRegistry | None = None,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -74,6 +79,15 @@ class LeaseCoordinator:
         self._clock = clock
         self.handoff_timeout = handoff_timeout
         self.held: dict[str, HeldLease] = {}
+        #: This worker's registry entry and its view of the live workers. Without a registry
+        #: (a lone coordinator in a test) a private in-memory one, on the loop clock.
+        self.presence = WorkerPresence(
+            registry if registry is not None else MemoryWorkerMetrics(),
+            worker_id,
+            wall_clock=wall_clock if wall_clock is not None else self.now,
+            worker_timeout=worker_timeout if worker_timeout is not None else failover_time,
+            on_corrupt=metrics.corrupt_worker_entries.labels(*self.labels).set,
+        )
         #: The taking rounds (scan, plan, take, steal) that feed ``held``.
         self.taking = LeaseTaking(
             self,
@@ -83,7 +97,6 @@ class LeaseCoordinator:
             max_leases_to_steal=max_leases_to_steal,
             rng=rng,
             graceful_handoff=graceful_handoff,
-            worker_timeout=worker_timeout if worker_timeout is not None else failover_time,
         )
         # Create the worker's series now, so a scrape shows zeros rather than nothing.
         for family in (
@@ -164,12 +177,6 @@ class LeaseCoordinator:
 
     async def renew_all(self) -> None:
         await asyncio.gather(*(self._renew(h) for h in list(self.held.values())))
-
-    async def heartbeat(self) -> None:
-        try:
-            await self.store.heartbeat_worker(self.worker_id)
-        except AdapterError as exc:
-            log.info("worker heartbeat failed: %s", exc)
 
     async def _renew(self, held: HeldLease) -> None:
         async with held.lock:
@@ -263,7 +270,7 @@ class LeaseCoordinator:
                 now=self.now(),
                 handoff_timeout=self.handoff_timeout,
                 old_owner_live=lease.checkpoint_owner in self.taking.live_workers,
-                worker_failover=self.taking.workers.failover_time,
+                worker_failover=self.presence.tracker.failover_time,
             )
             if step is IncomingStep.ACTIVATE:
                 self._activate(held, "the old owner finished the handoff")
@@ -411,5 +418,5 @@ class LeaseCoordinator:
     async def renewer_loop(self) -> None:
         while True:
             started = self.now()
-            await asyncio.gather(self.renew_all(), self.heartbeat())
+            await asyncio.gather(self.renew_all(), self.presence.report())
             await asyncio.sleep(max(0.0, self.renewer_interval - (self.now() - started)))

@@ -4,7 +4,7 @@ Owns: building the parts (lease coordinator, leader elector, shard sync, leader 
 supervisor) on given adapters, start-up retries, running the loops (renewer, taker, leader lock,
 leader duties) in one task group and the shard pipelines in another, and the order of a
 graceful stop: taking stops, leadership is given up, pipelines drain and checkpoint, leases are
-released, renewals stop, the worker leaves the registry.
+released, renewals stop, the worker leaves the registry (``<app>-WorkerMetricStats``).
 Must not: do any part's job itself, make protocol decisions, or create AWS clients (``Consumer``).
 """
 
@@ -23,6 +23,7 @@ from kclasync._adapters.protocols import (
     LeaseStore,
     StreamClient,
 )
+from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig, LeaseTakerKind
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease_taker import LeaseTaker
@@ -104,6 +105,9 @@ class Worker:
         locks: CoordinatorStateStore,
         stop_requested: asyncio.Event,
         started: asyncio.Event,
+        registry: WorkerRegistry,
+        wall_clock: Callable[[], float],
+        legacy_cleanup: Callable[[], Awaitable[list[str]]] | None = None,
     ) -> None:
         cfg = spec.config
         self.spec = spec
@@ -112,6 +116,8 @@ class Worker:
         self._stop_requested = stop_requested
         self._started = started
         self._taker_wake = asyncio.Event()
+        self.registry = registry
+        self._legacy_cleanup = legacy_cleanup
         #: The error that stopped the worker (``run()`` raises it after the graceful stop).
         self.failure: BaseException | None = None
         self.coordinator = LeaseCoordinator(
@@ -130,6 +136,8 @@ class Worker:
             handoff_timeout=cfg.handoff_timeout,
             worker_timeout=cfg.effective_worker_timeout,
             rng=spec.rng,
+            registry=registry,
+            wall_clock=wall_clock,
         )
         self.elector = LeaderElector(
             store=locks,
@@ -184,6 +192,9 @@ class Worker:
         cfg = self.spec.config
         await self._at_start("creating the lease table", self.store.ensure_table)
         await self._at_start("creating the coordinator-state table", self.locks.ensure_table)
+        await self._at_start("creating the worker-metrics table", self.registry.ensure_table)
+        if self._legacy_cleanup is not None:
+            await self._at_start("removing old registry items", self._remove_legacy_items)
         # Also proves the stream exists (StreamNotFoundError is not retried) before anything starts.
         await self._at_start("the first shard sync", self.shard_sync.initial_sync)
         coordinator = self.coordinator
@@ -219,6 +230,15 @@ class Worker:
         if self.failure is not None:
             raise self.failure
 
+    async def _remove_legacy_items(self) -> None:
+        """The one-time repair of a lease table an older kclasync wrote registry items into."""
+        assert self._legacy_cleanup is not None
+        removed = await self._legacy_cleanup()
+        log.info(
+            "removed %d worker-registry item(s) of an earlier kclasync from the lease table",
+            len(removed),
+        )
+
     async def _at_start(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
         """Run a start-up step, retrying throttling and transient errors a few times with
         backoff; anything else, or the last failure, stops ``run()`` with that error."""
@@ -247,9 +267,5 @@ class Worker:
         await self.supervisor.drain()  # renewals go on meanwhile
         renewer.cancel()
         await asyncio.gather(renewer, return_exceptions=True)
-        worker_id = self.spec.worker_id
-        try:
-            await self.store.remove_worker(worker_id)
-        except AdapterError as exc:
-            log.info("could not remove worker %s from the registry: %s", worker_id, exc)
-        log.info("worker %s stopped", worker_id)
+        await self.coordinator.presence.leave()
+        log.info("worker %s stopped", self.spec.worker_id)
