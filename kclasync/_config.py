@@ -141,6 +141,13 @@ class ConsumerConfig:
     worker_timeout: float | None = attrs.field(
         default=None, validator=_positive, metadata=_meta("s")
     )
+    #: The top of this worker's CPU operating range in percent (1-100), written with its CPU
+    #: samples to ``<app>-WorkerMetricStats`` for a KCL 3.x leader's load-aware assignment.
+    max_cpu_percent: int = attrs.field(
+        default=100,
+        validator=[_whole, _positive],
+        metadata=_meta("%"),
+    )
     #: How often the stream's shard list is compared with the lease table.
     shard_sync_interval: float = attrs.field(
         default=60.0, validator=_positive, metadata=_meta("s", kcl="shardSyncIntervalMillis")
@@ -258,6 +265,8 @@ class ConsumerConfig:
             )
         if not isinstance(self.cleanup_leases_upon_shard_completion, bool):
             raise ConfigError("cleanup_leases_upon_shard_completion", "must be True or False")
+        if self.max_cpu_percent > 100:
+            raise ConfigError("max_cpu_percent", f"must be at most 100, got {self.max_cpu_percent}")
         if self.worker_timeout is not None and self.worker_timeout <= self.renewer_interval + 1:
             raise ConfigError(
                 "worker_timeout",

@@ -25,6 +25,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from kclasync._adapters.aws import ClientOptions
+from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig, LeaseTakerKind
@@ -227,6 +228,8 @@ class Consumer:
         """Consume until ``stop()``. Raises the error that stopped it, if any."""
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(log_context(worker=self.worker_id))
+            legacy_cleanup: Callable[[], Awaitable[list[str]]] | None = None
+            cpu_reader: CpuReader | None = None
             if self._store is None:
                 from kclasync._adapters.dynamodb import DynamoLeaseStore
 
@@ -252,8 +255,10 @@ class Consumer:
                     )
                 legacy_cleanup = self._legacy_cleanup(ddb, self._table_name)
                 wall_clock = self._wall_clock or time.time
+                from kclasync._adapters.cpu_metrics import detect_cpu_reader
+
+                cpu_reader = detect_cpu_reader(asyncio.get_running_loop().time)
             else:
-                legacy_cleanup = None
                 # Injected (in-memory) stores live on the event loop's clock, virtual or not.
                 wall_clock = self._wall_clock or asyncio.get_running_loop().time
             if self._coordinator_state is None:
@@ -288,6 +293,7 @@ class Consumer:
                 registry=self._worker_registry,
                 wall_clock=wall_clock,
                 legacy_cleanup=legacy_cleanup,
+                cpu_reader=cpu_reader,
             )
             await self._worker.run()
 

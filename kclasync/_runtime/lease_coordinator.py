@@ -15,6 +15,7 @@ import logging
 import random
 from collections.abc import Callable
 
+from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._adapters.protocols import LeaseStore
 from kclasync._adapters.worker_registry import WorkerRegistry
@@ -33,6 +34,7 @@ from kclasync._core.held_lease import (
 )
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.lease_taker import LeaseTaker
+from kclasync._core.load_assignment import throughput_ema
 from kclasync._core.position import Checkpoint
 from kclasync._runtime.held import HeldLease, LeaseListener
 from kclasync._runtime.lease_taking import LeaseTaking
@@ -68,6 +70,8 @@ class LeaseCoordinator:
         worker_timeout: float | None = None,
         registry: WorkerRegistry | None = None,
         wall_clock: Callable[[], float] | None = None,
+        cpu_reader: CpuReader | None = None,
+        max_cpu_percent: int = 100,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -87,6 +91,8 @@ class LeaseCoordinator:
             wall_clock=wall_clock if wall_clock is not None else self.now,
             worker_timeout=worker_timeout if worker_timeout is not None else failover_time,
             on_corrupt=metrics.corrupt_worker_entries.labels(*self.labels).set,
+            cpu=cpu_reader,
+            max_cpu_percent=max_cpu_percent,
         )
         #: The taking rounds (scan, plan, take, steal) that feed ``held``.
         self.taking = LeaseTaking(
@@ -189,8 +195,10 @@ class LeaseCoordinator:
                 return
             sent = self.now()
             verdict: Verdict | None = None
+            delivered = held.bytes_delivered
+            kbps = self._throughput(held, delivered, sent)
             try:
-                renewed = await self.store.renew_lease(held.lease)
+                renewed = await self.store.renew_lease(held.lease, kbps)
                 if renewed is None:
                     current = await self.store.get_lease(held.key)
                     verdict = explain_failed_write(
@@ -216,12 +224,24 @@ class LeaseCoordinator:
             if renewed is None:
                 return  # lost, or now being handed away: handled by _apply_verdict
             held.lease = renewed
+            if verdict is None:  # our renewal (and its throughput) went through
+                held.bytes_delivered -= delivered
+                held.throughput_since = sent
             # After a reconciled failure the write that counted was sent before ``sent``
             # (found by the simulation: 50 workers x 500 shards, seed 7).
             if credits_renewal(verdict, FailedWrite.renewal()):
                 held.renewed_at = sent
             self.metrics.renewals.labels(*self.labels).inc()
         await self._after_renewal(held)
+
+    @staticmethod
+    def _throughput(held: HeldLease, delivered: int, now: float) -> float | None:
+        """``throughputKBps`` to write with this renewal: the EMA over renewal periods of the
+        bytes delivered to the processor (None before the first renewal: no period yet)."""
+        since = held.throughput_since
+        if since is None or now <= since:
+            return None
+        return throughput_ema(held.lease.throughput_kbps, delivered, now - since)
 
     def _apply_verdict(
         self, held: HeldLease, current: Lease | None, verdict: Verdict, what: str

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.protocols import (
     CoordinatorStateStore,
     LeaseStore,
@@ -108,6 +109,7 @@ class Worker:
         registry: WorkerRegistry,
         wall_clock: Callable[[], float],
         legacy_cleanup: Callable[[], Awaitable[list[str]]] | None = None,
+        cpu_reader: CpuReader | None = None,
     ) -> None:
         cfg = spec.config
         self.spec = spec
@@ -138,6 +140,8 @@ class Worker:
             rng=spec.rng,
             registry=registry,
             wall_clock=wall_clock,
+            cpu_reader=cpu_reader,
+            max_cpu_percent=cfg.max_cpu_percent,
         )
         self.elector = LeaderElector(
             store=locks,
@@ -268,4 +272,5 @@ class Worker:
         renewer.cancel()
         await asyncio.gather(renewer, return_exceptions=True)
         await self.coordinator.presence.leave()
+        await self.coordinator.presence.close()
         log.info("worker %s stopped", self.spec.worker_id)

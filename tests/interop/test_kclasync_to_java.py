@@ -68,11 +68,6 @@ def beyond_checkpoints(
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 9: kclasync still keeps __worker__ registry items in the lease table (the "
-    "Java KCL fails to parse them) until the runtime uses the WorkerMetricStats registry",
-)
 async def test_kclasync_then_java_loses_nothing(
     kinesis: LocalAws, unique_name: str, java_kcl: Callable[..., JavaKcl]
 ) -> None:
