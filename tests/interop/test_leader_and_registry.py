@@ -17,15 +17,17 @@ from collections.abc import Callable
 import pytest
 
 from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordinator_table_name
+from kclasync._adapters.cpu_metrics import detect_cpu_reader
 from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
 from kclasync._adapters.worker_registry import worker_metrics_table_name
-from kclasync._core.worker_metrics import WorkerMetrics
 from kclasync._runtime.leader import LeaderElector
+from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync.testing.emulators import LocalAws
 from tests.interop.java_kcl import JavaKcl
 from tests.support import aws_for, wait_until
 
-pytestmark = pytest.mark.asyncio
+#: One JVM start-up (~30 s to the first read) plus the scenario: above the default timeout.
+pytestmark = [pytest.mark.asyncio, pytest.mark.interop, pytest.mark.timeout(300)]
 
 LOCK_SECONDS = 6.0
 
@@ -53,9 +55,17 @@ async def test_lock_and_registry_shared_with_the_java_leader(
         assert await dead.step() and dead.is_leader()
         crashed_at = time.monotonic()  # it never heartbeats again nor releases
 
+        # The entry as a kclasync worker writes it: wall-clock lut, CPU samples from this
+        # machine's source and the operating range (max_cpu_percent).
+        cpu = detect_cpu_reader(asyncio.get_running_loop().time)
+        assert cpu is not None, "no CPU source on this machine"
+        presence = WorkerPresence(
+            registry, "py-1", wall_clock=time.time, worker_timeout=5.0, cpu=cpu, max_cpu_percent=90
+        )
+
         async def report_forever() -> None:
             while True:
-                await registry.report(WorkerMetrics("py-1", int(time.time())))
+                await presence.report()
                 await asyncio.sleep(1.0)
 
         reporter = asyncio.create_task(report_forever())
@@ -77,6 +87,8 @@ async def test_lock_and_registry_shared_with_the_java_leader(
 
             await wait_until(assigned_to_us, 90, "the Java leader to assign a lease to py-1")
             assert not java.log_lines(r"invalid entries.*py-1")
+            (entry,) = [e for e in (await registry.list_workers()).entries if e.worker_id == "py-1"]
+            assert entry.operating_range == {"C": (90,)} and len(entry.metric_stats["C"]) >= 2
             assert java.log_lines(r"java-1 is new leader")
             java.stop()
             assert await locks.get_lock("Leader") is None  # deleted on a graceful stop
@@ -86,5 +98,6 @@ async def test_lock_and_registry_shared_with_the_java_leader(
             reporter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reporter
+            await presence.close()
             java.stop()
         assert not java.parse_failures()
