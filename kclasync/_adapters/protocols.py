@@ -15,6 +15,7 @@ from typing import Protocol
 
 import attrs
 
+from kclasync._core.client_version import MigrationState
 from kclasync._core.leader_lock import LockItem
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.position import Checkpoint
@@ -122,6 +123,9 @@ class CoordinatorStateStore(Protocol):
 
     async def get_lock(self, key: str) -> LockItem | None:
         """Read strongly; None when there is no item."""
+
+    async def get_migration_state(self) -> MigrationState | None:
+        """The Java KCL's ``Migration3.0`` item (read only); None when absent."""
 
     async def create_lock(
         self, key: str, owner: str, lease_duration: float, version: str

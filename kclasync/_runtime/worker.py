@@ -26,6 +26,7 @@ from kclasync._adapters.protocols import (
 )
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig, LeaseTakerKind
+from kclasync._core.client_version import java_fleet_follows_leader
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease_taker import LeaseTaker
 from kclasync._processor import ProcessorFactory
@@ -197,6 +198,7 @@ class Worker:
         await self._at_start("creating the lease table", self.store.ensure_table)
         await self._at_start("creating the coordinator-state table", self.locks.ensure_table)
         await self._at_start("creating the worker-metrics table", self.registry.ensure_table)
+        await self._at_start("reading the Java KCL's migration state", self._check_java_fleet)
         if self._legacy_cleanup is not None:
             await self._at_start("removing old registry items", self._remove_legacy_items)
         # Also proves the stream exists (StreamNotFoundError is not retried) before anything starts.
@@ -233,6 +235,24 @@ class Worker:
                 await self._shutdown(renewer, duties)
         if self.failure is not None:
             raise self.failure
+
+    async def _check_java_fleet(self) -> None:
+        """Read ``Migration3.0`` (never written): say whether this worker's lease taking fits
+        the Java workers sharing the table."""
+        state = await self.locks.get_migration_state()
+        follows = java_fleet_follows_leader(state)
+        if state is None:
+            return
+        if follows:
+            log.warning(
+                "the Java KCL on this table runs %s: its workers only process what their leader "
+                "assigns and never steal; this worker takes leases itself (lease_taker=%s), so "
+                "in a mixed fleet leases may move back and forth (see docs/migration.md)",
+                state.raw,
+                self.spec.config.lease_taker.value,
+            )
+        else:
+            log.info("the Java KCL on this table runs %s", state.raw)
 
     async def _remove_legacy_items(self) -> None:
         """The one-time repair of a lease table an older kclasync wrote registry items into."""
