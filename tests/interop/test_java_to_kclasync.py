@@ -42,8 +42,9 @@ async def test_java_killed_then_kclasync_loses_nothing(
 
         async def java_done() -> bool:
             assert java.running, "the Java daemon exited:\n" + java.log()[-3000:]
-            lock = await locks.get_lock("Leader")
-            return produced <= java.processed().keys() and lock is not None
+            if not produced <= java.processed().keys():
+                return False
+            return await locks.get_lock("Leader") is not None  # the table exists by now
 
         await wait_until(java_done, 150, "Java to process the first part and lead")
         timings["Java phase"] = time.monotonic() - started

@@ -32,6 +32,16 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.interop, pytest.mark.timeout(300)
 LOCK_SECONDS = 6.0
 
 
+class SteadyCpu:
+    source = "steady"
+
+    async def sample(self) -> float:
+        return 5.0
+
+    async def close(self) -> None:
+        return None
+
+
 async def test_lock_and_registry_shared_with_the_java_leader(
     kinesis: LocalAws, unique_name: str, java_kcl: Callable[..., JavaKcl]
 ) -> None:
@@ -55,12 +65,20 @@ async def test_lock_and_registry_shared_with_the_java_leader(
         assert await dead.step() and dead.is_leader()
         crashed_at = time.monotonic()  # it never heartbeats again nor releases
 
-        # The entry as a kclasync worker writes it: wall-clock lut, CPU samples from this
-        # machine's source and the operating range (max_cpu_percent).
-        cpu = detect_cpu_reader(asyncio.get_running_loop().time)
-        assert cpu is not None, "no CPU source on this machine"
+        # The entry as a kclasync worker writes it: wall-clock lut, CPU samples and the
+        # operating range (max_cpu_percent). The samples are fixed and low: a Java leader
+        # rightly assigns nothing to a worker above its range, and this shared machine's real
+        # utilisation is not under the test's control.
+        real = detect_cpu_reader(asyncio.get_running_loop().time)
+        assert real is not None, "no CPU source on this machine"
+        await real.close()
         presence = WorkerPresence(
-            registry, "py-1", wall_clock=time.time, worker_timeout=5.0, cpu=cpu, max_cpu_percent=90
+            registry,
+            "py-1",
+            wall_clock=time.time,
+            worker_timeout=5.0,
+            cpu=SteadyCpu(),
+            max_cpu_percent=90,
         )
 
         async def report_forever() -> None:
