@@ -65,21 +65,13 @@ async def test_lock_and_registry_shared_with_the_java_leader(
         assert await dead.step() and dead.is_leader()
         crashed_at = time.monotonic()  # it never heartbeats again nor releases
 
-        # The entry as a kclasync worker writes it: wall-clock lut, CPU samples and the
-        # operating range (max_cpu_percent). The samples are fixed and low: a Java leader
-        # rightly assigns nothing to a worker above its range, and this shared machine's real
-        # utilisation is not under the test's control.
+        # The entry as a kclasync worker writes it: first without a CPU source (empty maps),
+        # later with CPU samples and the operating range (max_cpu_percent). The samples are
+        # fixed and low: this shared machine's real utilisation is not under the test's control.
         real = detect_cpu_reader(asyncio.get_running_loop().time)
         assert real is not None, "no CPU source on this machine"
         await real.close()
-        presence = WorkerPresence(
-            registry,
-            "py-1",
-            wall_clock=time.time,
-            worker_timeout=5.0,
-            cpu=SteadyCpu(),
-            max_cpu_percent=90,
-        )
+        presence = WorkerPresence(registry, "py-1", wall_clock=time.time, worker_timeout=5.0)
 
         async def report_forever() -> None:
             while True:
@@ -104,6 +96,15 @@ async def test_lock_and_registry_shared_with_the_java_leader(
                 return any(lease.owner == "py-1" for lease in scan.leases)
 
             await wait_until(assigned_to_us, 90, "the Java leader to assign a lease to py-1")
+            assert not java.log_lines(r"invalid entries.*py-1")
+            # With CPU samples and an operating range the Java leader still counts py-1.
+            presence.cpu, presence.max_cpu_percent = SteadyCpu(), 90
+            counted = len(java.log_lines(r"Worker : py-1 and total leases"))
+            await wait_until(
+                lambda: len(java.log_lines(r"Worker : py-1 and total leases")) >= counted + 2,
+                60,
+                "two assignment runs of the Java leader counting py-1 with CPU metrics",
+            )
             assert not java.log_lines(r"invalid entries.*py-1")
             (entry,) = [e for e in (await registry.list_workers()).entries if e.worker_id == "py-1"]
             assert entry.operating_range == {"C": (90,)} and len(entry.metric_stats["C"]) >= 2
