@@ -188,10 +188,18 @@ class ConsumerConfig:
         validator=_positive,
         metadata=_meta("s", kcl="gracefulLeaseHandoffTimeoutMillis"),
     )
-    #: A worker whose registry heartbeat stood still this long no longer counts as live
-    #: (None: the failover time).
+    #: A worker whose registry entry (``lut`` in ``<app>-WorkerMetricStats``, whole seconds,
+    #: written every renewer interval) stood still this long no longer counts as live. Must
+    #: exceed the renewer interval + 1 s (None: the failover time + 1 s).
     worker_timeout: float | None = attrs.field(
         default=None, validator=_optional_positive, metadata=_meta("s")
+    )
+    #: The top of this worker's CPU operating range in percent (1-100), written with its CPU
+    #: samples to ``<app>-WorkerMetricStats`` for a KCL 3.x leader's load-aware assignment.
+    max_cpu_percent: int = attrs.field(
+        default=100,
+        validator=[_whole, _positive],
+        metadata=_meta("%"),
     )
     #: How often the stream's shard list is compared with the lease table.
     shard_sync_interval: float = attrs.field(
@@ -321,10 +329,22 @@ class ConsumerConfig:
             raise ConfigError(
                 "leader_heartbeat_interval", "must be shorter than leader_lock_duration"
             )
+        if not isinstance(self.cleanup_leases_upon_shard_completion, bool):
+            raise ConfigError("cleanup_leases_upon_shard_completion", "must be True or False")
+        if self.max_cpu_percent > 100:
+            raise ConfigError("max_cpu_percent", f"must be at most 100, got {self.max_cpu_percent}")
+        if self.worker_timeout is not None and self.worker_timeout <= self.renewer_interval + 1:
+            raise ConfigError(
+                "worker_timeout",
+                "must exceed the registry report period (the renewer interval, "
+                f"{self.renewer_interval:g}s) + 1s, because entries carry whole seconds",
+            )
 
     @property
     def effective_worker_timeout(self) -> float:
-        return self.worker_timeout if self.worker_timeout is not None else self.failover_time
+        if self.worker_timeout is not None:
+            return self.worker_timeout
+        return self.failover_time + 1.0
 
     @property
     def renewer_interval(self) -> float:

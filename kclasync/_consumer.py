@@ -17,13 +17,17 @@ import os
 import random
 import secrets
 import socket
+import time
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from kclasync._adapters.aws import ClientOptions
+from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
+from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig, LeaseTakerKind
 from kclasync._core.balanced_taker import BalancedLeaseTaker
 from kclasync._core.lease_taker import Kcl2LeaseTaker, LeaseTaker
@@ -89,6 +93,8 @@ class Consumer:
         lease_taker: LeaseTaker | None = None,
         rng: random.Random | None = None,
         coordinator_state: CoordinatorStateStore | None = None,
+        worker_registry: WorkerRegistry | None = None,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
         if streams is None:
             if not stream_name:
@@ -156,6 +162,8 @@ class Consumer:
         )
         self._worker: Worker | None = None
         self._coordinator_state = coordinator_state
+        self._worker_registry = worker_registry
+        self._wall_clock = wall_clock
         self._stop_requested = asyncio.Event()
         self._started = asyncio.Event()
         self._background: asyncio.Task[None] | None = None
@@ -227,6 +235,8 @@ class Consumer:
                 if self._store is None or self._stream_client is None
                 else None
             )
+            legacy_cleanup: Callable[[], Awaitable[list[str]]] | None = None
+            cpu_reader: CpuReader | None = None
             if self._store is None:
                 from kclasync._adapters.dynamodb import DynamoLeaseStore
 
@@ -243,12 +253,38 @@ class Consumer:
                     self._coordinator_state = DynamoCoordinatorState(
                         ddb, coordinator_table_name(self._table_name)
                     )
+                if self._worker_registry is None:
+                    from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
+                    from kclasync._adapters.worker_registry import worker_metrics_table_name
+
+                    self._worker_registry = DynamoWorkerMetrics(
+                        ddb, worker_metrics_table_name(self._table_name)
+                    )
+                legacy_cleanup = self._legacy_cleanup(ddb, self._table_name)
+                wall_clock = self._wall_clock or time.time
+                from kclasync._adapters.cpu_metrics import detect_cpu_reader
+
+                cpu_reader = detect_cpu_reader(asyncio.get_running_loop().time)
+            else:
+                # Injected (in-memory) stores live on the event loop's clock, virtual or not.
+                wall_clock = self._wall_clock or asyncio.get_running_loop().time
             if self._coordinator_state is None:
                 # An injected lease store without a lock store: this worker leads on its own
                 # (every such worker runs the leader's duties, which are safe to run twice).
                 from kclasync._adapters.memory import MemoryCoordinatorState
 
                 self._coordinator_state = MemoryCoordinatorState()
+            if self._worker_registry is None:
+                # The registry that goes with an in-memory table is shared by its workers.
+                from kclasync._adapters.memory import MemoryLeaseStore
+                from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
+
+                store = self._store
+                self._worker_registry = (
+                    store.worker_registry()
+                    if isinstance(store, MemoryLeaseStore)
+                    else MemoryWorkerMetrics()
+                )
             if self._stream_client is None:
                 from kclasync._adapters.kinesis import KinesisStreamClient
 
@@ -263,8 +299,21 @@ class Consumer:
                 locks=self._coordinator_state,
                 stop_requested=self._stop_requested,
                 started=self._started,
+                registry=self._worker_registry,
+                wall_clock=wall_clock,
+                legacy_cleanup=legacy_cleanup,
+                cpu_reader=cpu_reader,
             )
             await self._worker.run()
+
+    @staticmethod
+    def _legacy_cleanup(ddb: Any, table: str) -> Callable[[], Awaitable[list[str]]]:
+        async def cleanup() -> list[str]:
+            from kclasync._adapters.worker_metrics_table import remove_legacy_registry_items
+
+            return await remove_legacy_registry_items(ddb, table)
+
+        return cleanup
 
     # -- for tests and tools (not public) ------------------------------------------------
 

@@ -24,6 +24,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from kclasync._adapters.dynamodb import _code, _mapped_errors, ensure_table
+from kclasync._core.client_version import MIGRATION_KEY, MigrationState, decode_migration_item
 from kclasync._core.leader_lock import LockItem, is_released_marker
 
 KEY = "key"
@@ -89,6 +90,20 @@ class DynamoCoordinatorState:
             )
         item = resp.get("Item")
         return None if item is None else _item_to_lock(item)
+
+    async def get_migration_state(self) -> MigrationState | None:
+        """The Java KCL's ``Migration3.0`` item, read only (None: absent, or no table yet)."""
+        try:
+            async with _mapped_errors("GetItem"):
+                self._count("get_migration_state")
+                resp = await self._client.get_item(
+                    TableName=self.table_name, Key={KEY: {"S": MIGRATION_KEY}}, ConsistentRead=True
+                )
+        except ClientError as exc:
+            if _code(exc) == "ResourceNotFoundException":
+                return None
+            raise
+        return decode_migration_item(resp.get("Item"))
 
     def _item(self, key: str, owner: str, lease_duration: float, version: str) -> dict[str, Any]:
         return {

@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from kclasync._adapters import lease_codec as c
 from kclasync._adapters.dynamo_conditions import conditional
-from kclasync._adapters.protocols import LeaseScan, WorkerHeartbeat
+from kclasync._adapters.protocols import LeaseScan
 from kclasync._core import lease_rules as rules
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.position import Checkpoint
@@ -49,20 +49,6 @@ async def _mapped_errors(operation: str) -> AsyncIterator[None]:
         raise
     except (TimeoutError, BotoCoreError, OSError) as exc:
         raise TransientError(f"DynamoDB {operation} failed: {exc}") from exc
-
-
-def _worker(item: dict[str, Any]) -> WorkerHeartbeat | None:
-    """A registry entry, or None for a typed item of another kind (or a malformed one)."""
-    if item.get(c.ENTITY_TYPE, {}).get("S") != c.WORKER_ENTITY:
-        return None
-    key = item.get(c.LEASE_KEY, {}).get("S", "")
-    beat = item.get(c.HEARTBEAT, {}).get("N")
-    if not key.startswith(c.WORKER_KEY_PREFIX) or beat is None:
-        return None
-    try:
-        return WorkerHeartbeat(key[len(c.WORKER_KEY_PREFIX) :], int(beat))
-    except ValueError:
-        return None
 
 
 async def ensure_table(client: Any, *, timeout: float = 60.0, **create: Any) -> None:
@@ -143,7 +129,6 @@ class DynamoLeaseStore:
     async def list_leases(self) -> LeaseScan:
         leases: list[Lease] = []
         corrupt: list[CorruptLeaseError] = []
-        workers: list[WorkerHeartbeat] = []
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
         while True:
             async with _mapped_errors("Scan"):
@@ -151,9 +136,6 @@ class DynamoLeaseStore:
                 resp = await self._client.scan(**kwargs)
             for item in resp.get("Items", []):
                 if not c.is_lease_item(item):
-                    worker = _worker(item)
-                    if worker is not None:
-                        workers.append(worker)
                     continue
                 try:
                     leases.append(c.item_to_lease(item))
@@ -161,7 +143,7 @@ class DynamoLeaseStore:
                     corrupt.append(exc)
             last = resp.get("LastEvaluatedKey")
             if not last:
-                return LeaseScan(tuple(leases), tuple(corrupt), tuple(workers))
+                return LeaseScan(tuple(leases), tuple(corrupt))
             kwargs["ExclusiveStartKey"] = last
 
     async def lease_keys_of(self, owner: str) -> tuple[str, ...]:
@@ -336,27 +318,6 @@ class DynamoLeaseStore:
                 {":one": {"N": "1"}},
             ),
         )
-
-    # -- worker registry ---------------------------------------------------------------------
-
-    async def heartbeat_worker(self, worker_id: str) -> None:
-        async with _mapped_errors("UpdateItem"):
-            self._count("heartbeat_worker")
-            await self._client.update_item(
-                TableName=self.table_name,
-                Key={c.LEASE_KEY: {"S": c.WORKER_KEY_PREFIX + worker_id}},
-                UpdateExpression="SET #e = :w ADD #h :one",
-                ExpressionAttributeNames={"#e": c.ENTITY_TYPE, "#h": c.HEARTBEAT},
-                ExpressionAttributeValues={":w": {"S": c.WORKER_ENTITY}, ":one": {"N": "1"}},
-            )
-
-    async def remove_worker(self, worker_id: str) -> None:
-        async with _mapped_errors("DeleteItem"):
-            self._count("remove_worker")
-            await self._client.delete_item(
-                TableName=self.table_name,
-                Key={c.LEASE_KEY: {"S": c.WORKER_KEY_PREFIX + worker_id}},
-            )
 
     async def delete_lease(self, lease: Lease) -> bool:
         try:

@@ -35,12 +35,10 @@ STICKY_WORKER = "stickyWorker"
 
 OWNER_INDEX = "LeaseOwnerToLeaseKeyIndex"
 
-# Worker-registry entries live in the lease table as typed items (as KCL 3.5 keeps its other
-# entities there), so one scan reads leases and live workers together.
+# Items carrying this attribute are typed entities, not leases; a scan skips them. kclasync
+# writes none (its worker registry is ``<app>-WorkerMetricStats``); the registry items earlier
+# versions kept here are removed on start (``worker_metrics_table.remove_legacy_registry_items``).
 ENTITY_TYPE = "entityType"
-WORKER_ENTITY = "WORKER"
-WORKER_KEY_PREFIX = "__worker__:"
-HEARTBEAT = "heartbeat"
 
 
 def is_lease_item(item: Item) -> bool:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import attrs
 
+from kclasync._core.client_version import MigrationState
 from kclasync._core.leader_lock import LockItem
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.position import Checkpoint
@@ -42,22 +43,12 @@ class ShardNotFoundError(AdapterError):
 
 
 @attrs.frozen
-class WorkerHeartbeat:
-    """A worker-registry entry: liveness is judged from changes of ``heartbeat`` on the
-    reader's own clock, exactly like lease expiry."""
-
-    worker_id: str
-    heartbeat: int
-
-
-@attrs.frozen
 class LeaseScan:
-    """A full read of the lease table: parseable leases, items that are not, and the worker
-    registry entries kept in the same table."""
+    """A full read of the lease table: parseable leases and items that are not. The table
+    holds leases only (the worker registry is ``<app>-WorkerMetricStats``)."""
 
     leases: tuple[Lease, ...]
     corrupt: tuple[CorruptLeaseError, ...] = ()
-    workers: tuple[WorkerHeartbeat, ...] = ()
 
 
 class LeaseStore(Protocol):
@@ -113,12 +104,6 @@ class LeaseStore(Protocol):
         """The old owner is done: remove checkpointOwner, counter+1. Conditional on owner and
         checkpointOwner being as in ``lease``."""
 
-    async def heartbeat_worker(self, worker_id: str) -> None:
-        """Bump this worker's heartbeat in the worker registry (creating its entry)."""
-
-    async def remove_worker(self, worker_id: str) -> None:
-        """Remove this worker from the registry (on a graceful stop)."""
-
     async def delete_lease(self, lease: Lease) -> bool:
         """Delete, conditional on the counter being unchanged."""
 
@@ -142,6 +127,9 @@ class CoordinatorStateStore(Protocol):
 
     async def get_lock(self, key: str) -> LockItem | None:
         """Read strongly; None when there is no item."""
+
+    async def get_migration_state(self) -> MigrationState | None:
+        """The Java KCL's ``Migration3.0`` item (read only); None when absent."""
 
     async def create_lock(
         self, key: str, owner: str, lease_duration: float, version: str

@@ -71,9 +71,7 @@ class DynamoWorkerMetrics:
             if "LastEvaluatedKey" not in resp:
                 break
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
-        decoded = wm.decode_items(items)
-        for exc in decoded.corrupt:
-            log.warning("skipping an item of %s: %s", self.table_name, exc)
+        decoded = wm.decode_items(items)  # the caller logs the unreadable ones (once each)
         self.corrupt_seen += len(decoded.corrupt)
         return decoded
 

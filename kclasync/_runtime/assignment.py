@@ -74,7 +74,7 @@ class LeaderAssignment:
         self.registry = registry
         self._rng = rng
         self.expiry: ExpiryTracker = holder.taking.expiry
-        self._workers = ExpiryTracker(holder.taking.workers.failover_time)
+        self._workers = ExpiryTracker(holder.presence.tracker.failover_time)
         self.streak = FailureStreak()
         #: Assignment runs completed as leader (kcl3 balances on every 3rd).
         self.runs = 0
@@ -90,12 +90,9 @@ class LeaderAssignment:
         self, scan: LeaseScan, now: float
     ) -> tuple[set[str], dict[str, WorkerMetrics]]:
         """The live workers and their metrics. THE one place that knows where liveness comes
-        from: the ``WorkerRegistry`` entries when the worker was given a registry (an entry is
-        live while its ``lut`` keeps changing on this clock), plus the lease-table heartbeats
-        of ``scan.workers`` while those exist, plus this worker."""
-        beats: list[Lease] = [
-            Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat) for w in scan.workers
-        ]
+        from: the ``WorkerRegistry`` entries (``<app>-WorkerMetricStats``; an entry is live while
+        its ``lut`` keeps changing on this clock), plus this worker."""
+        beats: list[Lease] = []
         metrics: dict[str, WorkerMetrics] = {}
         if self.registry is not None:
             decoded = await self.registry.list_workers()

@@ -29,6 +29,10 @@ class HeldLease:
     since: float = 0.0
     #: Sticky=20 was seen: the pipeline is stopping and the lease will be released.
     release_requested: bool = False
+    #: Record bytes delivered to the processor since the last renewal (for ``throughputKBps``).
+    bytes_delivered: int = 0
+    #: Loop time the last renewal was sent (None until the first one): the EMA's period start.
+    throughput_since: float | None = None
 
     @property
     def key(self) -> str:

@@ -15,7 +15,10 @@ import logging
 import random
 from collections.abc import Callable
 
+from kclasync._adapters.cpu_metrics import CpuReader
+from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._adapters.protocols import LeaseStore
+from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._core.held_lease import (
     Event,
     FailedWrite,
@@ -31,10 +34,12 @@ from kclasync._core.held_lease import (
 )
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.lease_taker import LeaseTaker
+from kclasync._core.load_assignment import throughput_ema
 from kclasync._core.position import Checkpoint
 from kclasync._runtime.held import HeldLease, LeaseListener
 from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync.errors import AdapterError, LeaseLostError, ThrottledError
 
 log = logging.getLogger("kclasync.leases")
@@ -63,6 +68,10 @@ class LeaseCoordinator:
         graceful_handoff: bool = False,
         handoff_timeout: float = 30.0,
         worker_timeout: float | None = None,
+        registry: WorkerRegistry | None = None,
+        wall_clock: Callable[[], float] | None = None,
+        cpu_reader: CpuReader | None = None,
+        max_cpu_percent: int = 100,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -74,6 +83,17 @@ class LeaseCoordinator:
         self._clock = clock
         self.handoff_timeout = handoff_timeout
         self.held: dict[str, HeldLease] = {}
+        #: This worker's registry entry and its view of the live workers. Without a registry
+        #: (a lone coordinator in a test) a private in-memory one, on the loop clock.
+        self.presence = WorkerPresence(
+            registry if registry is not None else MemoryWorkerMetrics(),
+            worker_id,
+            wall_clock=wall_clock if wall_clock is not None else self.now,
+            worker_timeout=worker_timeout if worker_timeout is not None else failover_time,
+            on_corrupt=metrics.corrupt_worker_entries.labels(*self.labels).set,
+            cpu=cpu_reader,
+            max_cpu_percent=max_cpu_percent,
+        )
         #: The taking rounds (scan, plan, take, steal) that feed ``held``.
         self.taking = LeaseTaking(
             self,
@@ -83,7 +103,6 @@ class LeaseCoordinator:
             max_leases_to_steal=max_leases_to_steal,
             rng=rng,
             graceful_handoff=graceful_handoff,
-            worker_timeout=worker_timeout if worker_timeout is not None else failover_time,
         )
         # Create the worker's series now, so a scrape shows zeros rather than nothing.
         for family in (
@@ -165,12 +184,6 @@ class LeaseCoordinator:
     async def renew_all(self) -> None:
         await asyncio.gather(*(self._renew(h) for h in list(self.held.values())))
 
-    async def heartbeat(self) -> None:
-        try:
-            await self.store.heartbeat_worker(self.worker_id)
-        except AdapterError as exc:
-            log.info("worker heartbeat failed: %s", exc)
-
     async def _renew(self, held: HeldLease) -> None:
         async with held.lock:
             if held.lost:
@@ -182,8 +195,10 @@ class LeaseCoordinator:
                 return
             sent = self.now()
             verdict: Verdict | None = None
+            delivered = held.bytes_delivered
+            kbps = self._throughput(held, delivered, sent)
             try:
-                renewed = await self.store.renew_lease(held.lease)
+                renewed = await self.store.renew_lease(held.lease, kbps)
                 if renewed is None:
                     current = await self.store.get_lease(held.key)
                     verdict = explain_failed_write(
@@ -209,12 +224,24 @@ class LeaseCoordinator:
             if renewed is None:
                 return  # lost, or now being handed away: handled by _apply_verdict
             held.lease = renewed
+            if verdict is None:  # our renewal (and its throughput) went through
+                held.bytes_delivered -= delivered
+                held.throughput_since = sent
             # After a reconciled failure the write that counted was sent before ``sent``
             # (found by the simulation: 50 workers x 500 shards, seed 7).
             if credits_renewal(verdict, FailedWrite.renewal()):
                 held.renewed_at = sent
             self.metrics.renewals.labels(*self.labels).inc()
         await self._after_renewal(held)
+
+    @staticmethod
+    def _throughput(held: HeldLease, delivered: int, now: float) -> float | None:
+        """``throughputKBps`` to write with this renewal: the EMA over renewal periods of the
+        bytes delivered to the processor (None before the first renewal: no period yet)."""
+        since = held.throughput_since
+        if since is None or now <= since:
+            return None
+        return throughput_ema(held.lease.throughput_kbps, delivered, now - since)
 
     def _apply_verdict(
         self, held: HeldLease, current: Lease | None, verdict: Verdict, what: str
@@ -263,7 +290,7 @@ class LeaseCoordinator:
                 now=self.now(),
                 handoff_timeout=self.handoff_timeout,
                 old_owner_live=lease.checkpoint_owner in self.taking.live_workers,
-                worker_failover=self.taking.workers.failover_time,
+                worker_failover=self.presence.tracker.failover_time,
             )
             if step is IncomingStep.ACTIVATE:
                 self._activate(held, "the old owner finished the handoff")
@@ -411,5 +438,5 @@ class LeaseCoordinator:
     async def renewer_loop(self) -> None:
         while True:
             started = self.now()
-            await asyncio.gather(self.renew_all(), self.heartbeat())
+            await asyncio.gather(self.renew_all(), self.presence.report())
             await asyncio.sleep(max(0.0, self.renewer_interval - (self.now() - started)))

@@ -1,7 +1,7 @@
 """Taking rounds: scan the lease table, judge expiry and liveness, plan, then take and steal.
 
 Owns: what the last scan showed (lease expiry as this worker observes it, the live workers from
-registry heartbeats, corrupt and unknown-Sticky reports), the exclusion of leases whose pipeline
+the worker registry, corrupt and unknown-Sticky reports), the exclusion of leases whose pipeline
 failed, and applying the planner's takes and steals (a steal is a graceful handoff when enabled).
 What to take is the pluggable planner's decision (``kclasync._core.lease_taker`` and
 ``balanced_taker``); holding what was taken is the coordinator's job.
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kclasync._adapters.protocols import WorkerHeartbeat
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.held_lease import HeldState
 from kclasync._core.lease import CorruptLeaseError, Lease
@@ -44,7 +43,6 @@ class LeaseTaking:
         max_leases_to_steal: int | None,
         rng: random.Random,
         graceful_handoff: bool,
-        worker_timeout: float,
     ) -> None:
         self._holder = holder
         self.taker = taker
@@ -54,8 +52,7 @@ class LeaseTaking:
         self.rng = rng
         self.graceful_handoff = graceful_handoff
         self.expiry = ExpiryTracker(holder.failover_time)
-        self.workers = ExpiryTracker(worker_timeout)
-        #: Workers judged live at the last scan (registry heartbeats), this one included.
+        #: Workers judged live at the last scan (registry ``lut`` changes), this one included.
         self.live_workers: frozenset[str] = frozenset({holder.worker_id})
         #: Taking rounds completed (for tests, benchmarks and the demo).
         self.rounds = 0
@@ -104,17 +101,10 @@ class LeaseTaking:
         self._report_sticky(scan.leases)
         self.last_scan = scan.leases
         self.expiry.observe(scan.leases, now)
-        self.workers.observe(
-            (Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat) for w in scan.workers),
-            now,
-        )
-        self.live_workers = frozenset(
-            w.worker_id
-            for w in scan.workers
-            if not self.workers.is_expired(
-                Lease(key=w.worker_id, owner=w.worker_id, counter=w.heartbeat), now
-            )
-        ) | {self._holder.worker_id}
+        try:
+            self.live_workers = await self._holder.presence.live_workers(now)
+        except AdapterError as exc:
+            log.info("reading the worker registry failed (keeping the last view): %s", exc)
         if not self.enabled:
             return TakePlan()
         for key, until in list(self.excluded.items()):
@@ -209,20 +199,21 @@ class LeaseTaking:
         return started
 
     async def loop(self, wake: asyncio.Event | None = None, first_delay: float = 0.0) -> None:
-        """Take rounds forever. ``first_delay``: register in the worker registry and, when the
+        """Take rounds forever. ``first_delay``: report to the worker registry and, when the
         registry shows another worker, wait this long before the first round, so that workers
         started together see each other and the first round already spreads the leases evenly
         (``kclasync._core.startup``). A lone worker takes at once."""
         if first_delay > 0:
-            await self._holder.heartbeat()
+            presence = self._holder.presence
+            await presence.report()
             try:
-                registered = (await self._holder.store.list_leases()).workers
+                registered: list[str] = [
+                    e.worker_id for e in (await presence.registry.list_workers()).entries
+                ]
             except AdapterError as exc:
                 log.info("reading the worker registry failed: %s", exc)
-                registered = (WorkerHeartbeat(worker_id="?", heartbeat=0),)
-            delay = first_round_delay(
-                self._holder.worker_id, (w.worker_id for w in registered), first_delay
-            )
+                registered = ["?"]
+            delay = first_round_delay(self._holder.worker_id, registered, first_delay)
             if delay > 0:
                 await asyncio.sleep(delay)
         while True:

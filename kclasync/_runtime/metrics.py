@@ -89,6 +89,12 @@ class ConsumerMetrics:
             _W,
             registry=r,
         )
+        self.corrupt_worker_entries = Gauge(
+            "kclasync_corrupt_worker_entries",
+            "Worker-metrics table items that could not be read in the last registry read",
+            _W,
+            registry=r,
+        )
 
 
 def metrics_for(registry: CollectorRegistry | None) -> ConsumerMetrics:

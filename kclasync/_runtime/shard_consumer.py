@@ -217,8 +217,10 @@ class ShardConsumer:
                     exc,
                 )
                 await asyncio.sleep(delay)
+        delivered = sum(len(r.data) for r in records)
+        self.held.bytes_delivered += delivered
         self.metrics.records.labels(*self._labels).inc(len(records))
-        self.metrics.bytes.labels(*self._labels).inc(sum(len(r.data) for r in records))
+        self.metrics.bytes.labels(*self._labels).inc(delivered)
 
     async def _end_of_shard(self, end: _End) -> ShardOutcome:
         self.checkpointer.shard_end_reached = True

@@ -4,7 +4,7 @@ Owns: building the parts (lease coordinator, leader elector, shard sync, leader 
 supervisor) on given adapters, start-up retries, running the loops (renewer, taker, leader lock,
 leader duties) in one task group and the shard pipelines in another, and the order of a
 graceful stop: taking stops, leadership is given up, pipelines drain and checkpoint, leases are
-released, renewals stop, the worker leaves the registry.
+released, renewals stop, the worker leaves the registry (``<app>-WorkerMetricStats``).
 Must not: do any part's job itself, make protocol decisions, or create AWS clients (``Consumer``).
 """
 
@@ -18,12 +18,15 @@ from typing import Any
 
 import attrs
 
+from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.protocols import (
     CoordinatorStateStore,
     LeaseStore,
     StreamClient,
 )
+from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig, LeaseTakerKind
+from kclasync._core.client_version import java_fleet_follows_leader
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease_taker import LeaseTaker
 from kclasync._processor import ProcessorFactory
@@ -121,6 +124,10 @@ class Worker:
         locks: CoordinatorStateStore,
         stop_requested: asyncio.Event,
         started: asyncio.Event,
+        registry: WorkerRegistry,
+        wall_clock: Callable[[], float],
+        legacy_cleanup: Callable[[], Awaitable[list[str]]] | None = None,
+        cpu_reader: CpuReader | None = None,
     ) -> None:
         cfg = spec.config
         self.spec = spec
@@ -129,6 +136,8 @@ class Worker:
         self._stop_requested = stop_requested
         self._started = started
         self._taker_wake = asyncio.Event()
+        self.registry = registry
+        self._legacy_cleanup = legacy_cleanup
         #: The error that stopped the worker (``run()`` raises it after the graceful stop).
         self.failure: BaseException | None = None
         self.coordinator = LeaseCoordinator(
@@ -147,6 +156,10 @@ class Worker:
             handoff_timeout=cfg.handoff_timeout,
             worker_timeout=cfg.effective_worker_timeout,
             rng=spec.rng,
+            registry=registry,
+            wall_clock=wall_clock,
+            cpu_reader=cpu_reader,
+            max_cpu_percent=cfg.max_cpu_percent,
         )
         self.elector = LeaderElector(
             store=locks,
@@ -192,9 +205,7 @@ class Worker:
                 policy=cfg.lease_taker,
                 interval=cfg.effective_assignment_interval,
                 discovery_interval=cfg.effective_discovery_interval,
-                # The worker-metrics registry, once the runtime reports into one; until then
-                # liveness comes from the lease-table heartbeats (LeaderAssignment.live_workers).
-                registry=None,
+                registry=self.registry,
                 rng=spec.rng,
             )
 
@@ -216,8 +227,10 @@ class Worker:
         cfg = self.spec.config
         await overlapped(
             self._at_start("creating the coordinator-state table", self.locks.ensure_table),
+            self._at_start("creating the worker-metrics table", self.registry.ensure_table),
             self._lease_table_and_first_sync(),
         )
+        await self._at_start("reading the Java KCL's migration state", self._check_java_fleet)
         coordinator = self.coordinator
         # Cancelling run() cancels both groups: an abrupt stop leaves the leases to expire.
         async with asyncio.TaskGroup() as pipelines:
@@ -263,8 +276,37 @@ class Worker:
 
     async def _lease_table_and_first_sync(self) -> None:
         await self._at_start("creating the lease table", self.store.ensure_table)
+        if self._legacy_cleanup is not None:
+            await self._at_start("removing old registry items", self._remove_legacy_items)
         # Also proves the stream exists (StreamNotFoundError is not retried) before anything starts.
         await self._at_start("the first shard sync", self.shard_sync.initial_sync)
+
+    async def _check_java_fleet(self) -> None:
+        """Read ``Migration3.0`` (never written): say whether this worker's lease taking fits
+        the Java workers sharing the table."""
+        state = await self.locks.get_migration_state()
+        follows = java_fleet_follows_leader(state)
+        if state is None:
+            return
+        if follows:
+            log.warning(
+                "the Java KCL on this table runs %s: its workers only process what their leader "
+                "assigns and never steal; this worker takes leases itself (lease_taker=%s), so "
+                "in a mixed fleet leases may move back and forth (see docs/migration.md)",
+                state.raw,
+                self.spec.config.lease_taker.value,
+            )
+        else:
+            log.info("the Java KCL on this table runs %s", state.raw)
+
+    async def _remove_legacy_items(self) -> None:
+        """The one-time repair of a lease table an older kclasync wrote registry items into."""
+        assert self._legacy_cleanup is not None
+        removed = await self._legacy_cleanup()
+        log.info(
+            "removed %d worker-registry item(s) of an earlier kclasync from the lease table",
+            len(removed),
+        )
 
     async def _at_start(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
         """Run a start-up step, retrying throttling and transient errors a few times with
@@ -294,9 +336,6 @@ class Worker:
         await self.supervisor.drain()  # renewals go on meanwhile
         renewer.cancel()
         await asyncio.gather(renewer, return_exceptions=True)
-        worker_id = self.spec.worker_id
-        try:
-            await self.store.remove_worker(worker_id)
-        except AdapterError as exc:
-            log.info("could not remove worker %s from the registry: %s", worker_id, exc)
-        log.info("worker %s stopped", worker_id)
+        await self.coordinator.presence.leave()
+        await self.coordinator.presence.close()
+        log.info("worker %s stopped", self.spec.worker_id)

@@ -2,7 +2,7 @@
 
 Owns: the reads (through the DynamoDB adapters, which own the table formats) and the scraping
 of workers' Prometheus endpoints. ``read_workers`` is the one place that knows where the worker
-registry lives.
+registry lives (``<app>-WorkerMetricStats``).
 Must not: interpret what it reads (``_view`` does) or write anything.
 """
 
@@ -21,6 +21,8 @@ from kclasync._adapters.aws import ClientOptions
 from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordinator_table_name
 from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._adapters.protocols import LeaseScan
+from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
+from kclasync._adapters.worker_registry import WorkerRegistry, worker_metrics_table_name
 from kclasync._core.leader_lock import LEADER_LOCK_KEY, LockItem
 from kclasync.dashboard._view import FleetRead, WorkerEntry, WorkerMetrics
 from kclasync.errors import AdapterError
@@ -28,11 +30,23 @@ from kclasync.errors import AdapterError
 SCRAPE_TIMEOUT = 2.0
 
 
-def read_workers(scan: LeaseScan) -> list[WorkerEntry]:
-    """The worker registry. Today its entries are ``__worker__:<id>`` items in the lease table,
-    read by the same scan as the leases; when the registry moves to a table of its own
-    (``<app>-WorkerMetricStats``), this function reads that table instead."""
-    return [WorkerEntry(w.worker_id, str(w.heartbeat)) for w in scan.workers]
+async def read_workers(registry: WorkerRegistry, errors: list[str]) -> list[WorkerEntry]:
+    """The worker registry: every entry of ``<app>-WorkerMetricStats`` (kclasync and Java KCL
+    3.x workers alike); an entry's ``lut`` (epoch seconds) changes while the worker lives.
+    Unreadable entries and a failed read are reported in ``errors``; a missing table (no
+    worker has started yet) is no error."""
+    try:
+        decoded = await registry.list_workers()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            errors.append(f"worker registry: {exc}")
+        return []
+    except AdapterError as exc:
+        errors.append(f"worker registry: {exc}")
+        return []
+    errors.extend(f"worker registry: {exc}" for exc in decoded.corrupt)
+    entries = sorted(decoded.entries, key=lambda e: e.worker_id)
+    return [WorkerEntry(e.worker_id, str(e.last_update)) for e in entries]
 
 
 def parse_worker_metrics(text: str, application: str) -> list[WorkerMetrics]:
@@ -92,6 +106,7 @@ class FleetSource:
         self.metrics_urls = tuple(metrics_urls)
         self._store: DynamoLeaseStore | None = None
         self._coordinator: DynamoCoordinatorState | None = None
+        self._registry: DynamoWorkerMetrics | None = None
         self._http: aiohttp.ClientSession | None = None
 
     @contextlib.asynccontextmanager
@@ -100,6 +115,7 @@ class FleetSource:
             client = await stack.enter_async_context(self.client_options.create_client("dynamodb"))
             self._store = DynamoLeaseStore(client, self.table)
             self._coordinator = DynamoCoordinatorState(client, coordinator_table_name(self.table))
+            self._registry = DynamoWorkerMetrics(client, worker_metrics_table_name(self.table))
             if self.metrics_urls:
                 self._http = await stack.enter_async_context(
                     aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT))
@@ -107,7 +123,7 @@ class FleetSource:
             try:
                 yield self
             finally:
-                self._store = self._coordinator = self._http = None
+                self._store = self._coordinator = self._registry = self._http = None
 
     async def _leader(self, errors: list[str]) -> LockItem | None:
         assert self._coordinator is not None
@@ -144,13 +160,16 @@ class FleetSource:
             scan = await self._store.list_leases()
         except (ClientError, AdapterError) as exc:
             errors.append(f"lease table {self.table!r}: {exc}")
+        assert self._registry is not None
         leader_task = asyncio.ensure_future(self._leader(errors))
+        workers_task = asyncio.ensure_future(read_workers(self._registry, errors))
         scraped = await asyncio.gather(*(self._scrape(url, errors) for url in self.metrics_urls))
         leader = await leader_task
+        workers = await workers_task
         return FleetRead(
             leases=scan.leases,
             corrupt=[str(exc) for exc in scan.corrupt],
-            workers=read_workers(scan),
+            workers=workers,
             leader=leader,
             metrics=[m for ms in scraped for m in ms],
             errors=errors,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,8 +16,11 @@ from aiohttp import web
 
 from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordinator_table_name
 from kclasync._adapters.dynamodb import DynamoLeaseStore
+from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
+from kclasync._adapters.worker_registry import worker_metrics_table_name
 from kclasync._core.leader_lock import LEADER_LOCK_KEY
 from kclasync._core.lease import Lease
+from kclasync._core.worker_metrics import WorkerMetrics
 from kclasync.testing.emulators import free_port
 
 
@@ -91,8 +95,10 @@ async def seed_table(client: Any, table: str) -> DynamoLeaseStore:
     await store.create_lease(
         Lease(key=kids[1], owner="w-b", parent_shard_ids=frozenset({parent}), sticky=10)
     )
-    await store.heartbeat_worker("w-a")
-    await store.heartbeat_worker("w-b")
+    registry = DynamoWorkerMetrics(client, worker_metrics_table_name(table))
+    await registry.ensure_table()
+    await registry.report(WorkerMetrics("w-a", int(time.time())))
+    await registry.report(WorkerMetrics("w-b", int(time.time())))
     state = DynamoCoordinatorState(client, coordinator_table_name(table))
     await state.ensure_table()
     assert await state.create_lock(LEADER_LOCK_KEY, "w-a", 10.0, "v1") is not None

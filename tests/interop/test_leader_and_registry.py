@@ -17,17 +17,29 @@ from collections.abc import Callable
 import pytest
 
 from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordinator_table_name
+from kclasync._adapters.cpu_metrics import detect_cpu_reader
 from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
 from kclasync._adapters.worker_registry import worker_metrics_table_name
-from kclasync._core.worker_metrics import WorkerMetrics
 from kclasync._runtime.leader import LeaderElector
+from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync.testing.emulators import LocalAws
 from tests.interop.java_kcl import JavaKcl
 from tests.support import aws_for, wait_until
 
-pytestmark = pytest.mark.asyncio
+#: One JVM start-up (~30 s to the first read) plus the scenario: above the default timeout.
+pytestmark = [pytest.mark.asyncio, pytest.mark.interop, pytest.mark.timeout(300)]
 
 LOCK_SECONDS = 6.0
+
+
+class SteadyCpu:
+    source = "steady"
+
+    async def sample(self) -> float:
+        return 5.0
+
+    async def close(self) -> None:
+        return None
 
 
 async def test_lock_and_registry_shared_with_the_java_leader(
@@ -53,9 +65,17 @@ async def test_lock_and_registry_shared_with_the_java_leader(
         assert await dead.step() and dead.is_leader()
         crashed_at = time.monotonic()  # it never heartbeats again nor releases
 
+        # The entry as a kclasync worker writes it: first without a CPU source (empty maps),
+        # later with CPU samples and the operating range (max_cpu_percent). The samples are
+        # fixed and low: this shared machine's real utilisation is not under the test's control.
+        real = detect_cpu_reader(asyncio.get_running_loop().time)
+        assert real is not None, "no CPU source on this machine"
+        await real.close()
+        presence = WorkerPresence(registry, "py-1", wall_clock=time.time, worker_timeout=5.0)
+
         async def report_forever() -> None:
             while True:
-                await registry.report(WorkerMetrics("py-1", int(time.time())))
+                await presence.report()
                 await asyncio.sleep(1.0)
 
         reporter = asyncio.create_task(report_forever())
@@ -77,6 +97,17 @@ async def test_lock_and_registry_shared_with_the_java_leader(
 
             await wait_until(assigned_to_us, 90, "the Java leader to assign a lease to py-1")
             assert not java.log_lines(r"invalid entries.*py-1")
+            # With CPU samples and an operating range the Java leader still counts py-1.
+            presence.cpu, presence.max_cpu_percent = SteadyCpu(), 90
+            counted = len(java.log_lines(r"Worker : py-1 and total leases"))
+            await wait_until(
+                lambda: len(java.log_lines(r"Worker : py-1 and total leases")) >= counted + 2,
+                60,
+                "two assignment runs of the Java leader counting py-1 with CPU metrics",
+            )
+            assert not java.log_lines(r"invalid entries.*py-1")
+            (entry,) = [e for e in (await registry.list_workers()).entries if e.worker_id == "py-1"]
+            assert entry.operating_range == {"C": (90,)} and len(entry.metric_stats["C"]) >= 2
             assert java.log_lines(r"java-1 is new leader")
             java.stop()
             assert await locks.get_lock("Leader") is None  # deleted on a graceful stop
@@ -86,5 +117,6 @@ async def test_lock_and_registry_shared_with_the_java_leader(
             reporter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reporter
+            await presence.close()
             java.stop()
         assert not java.parse_failures()

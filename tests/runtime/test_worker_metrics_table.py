@@ -75,8 +75,13 @@ async def test_legacy_registry_items_are_removed_from_the_lease_table(
         store = DynamoLeaseStore(ddb, unique_name)
         await store.ensure_table()
         await store.create_lease(Lease(key="shardId-000000000000"))
-        await store.heartbeat_worker("old-a")  # what earlier versions wrote
-        await store.heartbeat_worker("old-b")
+        for old in ("old-a", "old-b"):  # what earlier versions wrote
+            legacy: dict[str, Any] = {
+                "leaseKey": {"S": f"__worker__:{old}"},
+                "entityType": {"S": "WORKER"},
+                "heartbeat": {"N": "3"},
+            }
+            await ddb.put_item(TableName=unique_name, Item=legacy)
         # A lease whose key merely starts with the prefix would not be touched.
         odd: dict[str, Any] = {"leaseKey": {"S": "__worker__:lease"}, "leaseCounter": {"N": "1"}}
         await ddb.put_item(TableName=unique_name, Item=odd)

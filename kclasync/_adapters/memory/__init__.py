@@ -2,9 +2,10 @@
 
 Modules: ``faults`` (latency, throttling and transient errors, including errors raised after a
 write was applied), ``lease_table`` (``MemoryLeaseTable`` and ``MemoryLeaseStore``, whose write
-conditions come from ``_core.lease_rules``), ``worker_registry`` (the registry entries kept with
-the lease table), ``stream`` (``MemoryStream``: shards, records, resharding), ``stream_client``
-(``MemoryStreamClient``) and ``coordinator_state`` (the leader lock items).
+conditions come from ``_core.lease_rules``; its sibling worker-metrics table is
+``_adapters.memory_worker_metrics``), ``stream`` (``MemoryStream``: shards, records,
+resharding), ``stream_client`` (``MemoryStreamClient``) and ``coordinator_state`` (the leader
+lock items).
 
 Must not: read any clock other than the running event loop's (``loop.time()``), draw randomness
 from anything but an injected ``random.Random``, or make protocol decisions (those live in

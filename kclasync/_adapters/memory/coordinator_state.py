@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from kclasync._adapters.memory.faults import FaultPlan, with_faults
+from kclasync._core.client_version import MigrationState
 from kclasync._core.leader_lock import LockItem
 
 _T = TypeVar("_T")
@@ -38,6 +39,10 @@ class MemoryCoordinatorState:
 
     async def ensure_table(self) -> None:
         await self._call("ensure_table", lambda: None)
+
+    async def get_migration_state(self) -> MigrationState | None:
+        """No Java KCL writes an in-memory table: there is never a ``Migration3.0`` item."""
+        return await self._call("get_migration_state", lambda: None)
 
     async def get_lock(self, key: str) -> LockItem | None:
         return await self._call("get_lock", lambda: self.items.get(key))

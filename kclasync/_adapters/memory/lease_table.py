@@ -4,7 +4,7 @@ Owns: ``MemoryLeaseTable`` (the shared table state and its call counters) and ``
 (its reads and conditional writes). Each write's condition comes from ``_core.lease_rules`` and is
 evaluated here by ``holds``; only the update a write applies is written in this module.
 Must not: decide a write's condition, read any clock but the loop's, or keep worker-registry
-entries (``worker_registry`` does).
+entries among the leases (the registry is the sibling ``MemoryWorkerMetrics`` table).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TypeVar
 import attrs
 
 from kclasync._adapters.memory.faults import FaultPlan, with_faults
-from kclasync._adapters.memory.worker_registry import MemoryWorkerRegistry, WorkerRegistryWrites
+from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._adapters.protocols import (
     LeaseScan,
 )
@@ -61,13 +61,13 @@ class MemoryLeaseTable:
         self.condition_failures: Counter[str] = Counter()
         #: Items returned by full scans (a scan costs capacity per item).
         self.items_scanned = 0
-        #: The worker registry kept in the same table.
-        self.registry = MemoryWorkerRegistry()
+        #: The application's ``<app>-WorkerMetricStats`` table, beside this one (not in it).
+        self.worker_metrics = MemoryWorkerMetrics()
 
     @property
-    def workers(self) -> dict[str, int]:
-        """Worker registry entries: worker id -> heartbeat counter."""
-        return self.registry.heartbeats
+    def workers(self) -> dict[str, dict[str, object]]:
+        """Worker registry entries (worker id -> item) of the sibling worker-metrics table."""
+        return self.worker_metrics.items
 
     def get(self, key: str) -> Lease | None:
         """The stored lease (no counting, no faults): for assertions and reports."""
@@ -77,7 +77,7 @@ class MemoryLeaseTable:
         return dict(self.leases)
 
 
-class MemoryLeaseStore(WorkerRegistryWrites):
+class MemoryLeaseStore:
     """``LeaseStore`` over a ``MemoryLeaseTable``, with the KCL's fenced conditional writes.
 
     Each call is atomic: the condition (from ``_core.lease_rules``) is checked and the write
@@ -118,8 +118,9 @@ class MemoryLeaseStore(WorkerRegistryWrites):
             raise bad
         return self.table.leases.get(key)
 
-    def _registry(self) -> MemoryWorkerRegistry:
-        return self.table.registry
+    def worker_registry(self) -> MemoryWorkerMetrics:
+        """This worker's view of the worker-metrics table that goes with the lease table."""
+        return self.table.worker_metrics.shared()
 
     def _store(self, lease: Lease) -> Lease:
         self.table.leases[lease.key] = lease
@@ -142,9 +143,8 @@ class MemoryLeaseStore(WorkerRegistryWrites):
         def apply() -> LeaseScan:
             leases = tuple(self.table.leases[k] for k in sorted(self.table.leases))
             corrupt = tuple(self.table.corrupt[k] for k in sorted(self.table.corrupt))
-            workers = self.table.registry.entries()
-            self.table.items_scanned += len(leases) + len(corrupt) + len(workers)
-            return LeaseScan(leases, corrupt, workers)
+            self.table.items_scanned += len(leases) + len(corrupt)
+            return LeaseScan(leases, corrupt)
 
         return await self._read("list_leases", apply)
 

@@ -1,0 +1,140 @@
+"""A worker's entry in the worker registry (KCL 3.x format) and the throughput it writes with
+each renewal."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.memory import (
+    MemoryCoordinatorState,
+    MemoryLeaseStore,
+    MemoryLeaseTable,
+    MemoryStreamClient,
+)
+from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
+from kclasync._core import worker_metrics as wm
+from kclasync._records import Record
+from kclasync._runtime.worker_presence import WorkerPresence
+from kclasync.errors import ConfigError
+from tests.runtime.virtual import in_virtual_time
+from tests.support import wait_until
+
+
+class FakeCpu:
+    source = "fake"
+
+    def __init__(self, values: Sequence[float | Exception]) -> None:
+        self.values = list(values)
+        self.closed = False
+
+    async def sample(self) -> float:
+        value = self.values.pop(0)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_the_entry_carries_lut_cpu_samples_and_the_operating_range() -> None:
+    registry = MemoryWorkerMetrics()
+    wall = [1_700_000_000.7]
+    cpu = FakeCpu([12.5, OSError("gone"), 140.0])
+    presence = WorkerPresence(
+        registry, "w", wall_clock=lambda: wall[0], worker_timeout=5, cpu=cpu, max_cpu_percent=80
+    )
+    await presence.report()
+    entry = wm.decode_item(registry.items["w"])
+    assert entry.last_update == 1_700_000_000
+    assert entry.metric_stats == {"C": (12.5,)} and entry.operating_range == {"C": (80,)}
+    assert wm.is_live(entry, now=1_700_000_001, report_period=30)
+    wall[0] += 3
+    await presence.report()  # an unreadable source: the failure marker, as the Java worker
+    entry = wm.decode_item(registry.items["w"])
+    assert entry.metric_stats == {"C": (12.5, -1.0)} and wm.is_failing(entry)
+    await presence.report()  # clamped to 100
+    assert wm.decode_item(registry.items["w"]).metric_stats["C"][-1] == 100.0
+    await presence.leave()
+    await presence.close()
+    assert registry.items == {} and cpu.closed
+
+
+async def test_no_cpu_source_means_no_cpu_metric_and_corrupt_entries_are_counted() -> None:
+    registry = MemoryWorkerMetrics()
+    counted: list[int] = []
+    presence = WorkerPresence(
+        registry, "w", wall_clock=lambda: 100.0, worker_timeout=5, on_corrupt=counted.append
+    )
+    await presence.report()
+    entry = wm.decode_item(registry.items["w"])
+    assert entry.metric_stats == {} and entry.operating_range == {}
+    assert wm.uses_default_metric(entry) and wm.is_valid(entry)
+    registry.items["bad"] = {"wid": {"S": "bad"}, "lut": {"S": "x"}}
+    assert await presence.live_workers(now=0.0) == {"w"}
+    assert await presence.live_workers(now=1.0) == {"w"}
+    assert counted == [1, 1] and presence.corrupt == 1
+
+
+def test_worker_timeout_must_exceed_the_report_period_plus_one_second() -> None:
+    with pytest.raises(ConfigError, match="worker_timeout"):
+        ConsumerConfig(failover_time=3.0, worker_timeout=1.5)
+    assert ConsumerConfig(failover_time=3.0, worker_timeout=2.5).effective_worker_timeout == 2.5
+    assert ConsumerConfig().effective_worker_timeout == 11.0
+    with pytest.raises(ConfigError, match="max_cpu_percent"):
+        ConsumerConfig(max_cpu_percent=101)
+
+
+@in_virtual_time
+async def test_renewals_write_the_throughput_ema_of_delivered_bytes() -> None:
+    table, client = MemoryLeaseTable(), MemoryStreamClient()
+    client.create_stream("s", 1)
+    for i in range(400):
+        client.put_record("s", f"k{i}", b"x" * 1000)
+    delivered: list[int] = []
+
+    async def handle(records: Sequence[Record]) -> None:
+        delivered.extend(len(r.data) for r in records)
+
+    consumer = Consumer(
+        stream_name="s",
+        application_name="app",
+        processor=handle,
+        config=ConsumerConfig(
+            failover_time=3.0,
+            initial_position="TRIM_HORIZON",
+            worker_id="w",
+            max_records=100,
+            min_time_between_reads=0.5,
+        ),
+        lease_store=MemoryLeaseStore(table),
+        stream_client=client,
+        coordinator_state=MemoryCoordinatorState(),
+        registry=CollectorRegistry(),
+        rng=random.Random(1),
+    )
+    task = asyncio.create_task(consumer.run())
+    try:
+        await wait_until(lambda: len(delivered) == 400, 30, "every record delivered")
+        (lease,) = table.leases.values()
+        await wait_until(
+            lambda: (table.get(lease.key).throughput_kbps or 0) > 0, 10, "a throughput written"
+        )
+        kbps = table.get(lease.key).throughput_kbps
+        # 400 kB in about 2 s of reading: an average of that order, never more than all of it
+        # in one renewal period (~0.99 s).
+        assert kbps is not None and 0 < kbps <= 400_000 / 1024 / 0.9
+        assert "w" in table.workers  # the worker's entry, in the worker-metrics table
+        await wait_until(
+            lambda: (table.get(lease.key).throughput_kbps or 1) < kbps, 20, "the EMA to decay"
+        )
+    finally:
+        await consumer.stop()
+        await task
+    assert "w" not in table.workers
