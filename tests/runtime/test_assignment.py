@@ -50,8 +50,10 @@ class Elector:
 
 
 def coordinator(name: str, table: MemoryLeaseTable) -> LeaseCoordinator:
+    store = MemoryLeaseStore(table)
     return LeaseCoordinator(
-        store=MemoryLeaseStore(table),
+        store=store,
+        registry=store.worker_registry(),
         worker_id=name,
         failover_time=10.0,
         renewer_interval=3.0,
@@ -73,7 +75,7 @@ def leader_of(c: LeaseCoordinator, policy: LeaseTakerKind, elector: Elector) -> 
         elector=elector,  # type: ignore[arg-type]
         policy=policy,
         interval=20.0,
-        registry=None,
+        registry=c.presence.registry,
         rng=random.Random(1),
     )
 
@@ -85,7 +87,7 @@ async def test_leader_assigns_and_followers_discover_through_the_index(
     table = MemoryLeaseTable()
     workers = {name: coordinator(name, table) for name in ("a", "b", "c")}
     for c in workers.values():
-        await c.heartbeat()
+        await c.presence.report()
     for i in range(6):
         await workers["a"].store.create_lease(Lease(key=f"s{i}"))
     leader = leader_of(workers["a"], policy, Elector())
@@ -113,8 +115,8 @@ async def test_leader_assigns_and_followers_discover_through_the_index(
 async def test_a_move_is_a_graceful_handoff_picked_up_after_the_checkpoint() -> None:
     table = MemoryLeaseTable()
     a, b = coordinator("a", table), coordinator("b", table)
-    await a.heartbeat()
-    await b.heartbeat()
+    await a.presence.report()
+    await b.presence.report()
     for i in range(4):
         await a.store.create_lease(Lease(key=f"s{i}", owner=None))
         table.leases[f"s{i}"] = Lease(key=f"s{i}", owner="a", counter=1, throughput_kbps=10.0)
@@ -167,7 +169,7 @@ async def test_three_failed_runs_give_the_lock_up() -> None:
 async def test_a_new_leader_resumes_from_the_table_and_waits_for_expiry() -> None:
     table = MemoryLeaseTable()
     a, b = coordinator("a", table), coordinator("b", table)
-    await b.heartbeat()
+    await b.presence.report()
     table.leases["s0"] = Lease(key="s0", owner="gone", counter=5)
     leader = leader_of(b, LeaseTakerKind.LOAD, Elector())
     assert not (await leader.run_once()).all  # not judged expired on first sight
