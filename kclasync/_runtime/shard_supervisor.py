@@ -167,11 +167,16 @@ class ShardSupervisor:
             else:
                 self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
             return
-        except Exception as exc:
+        except AdapterError as exc:
+            # An I/O call failed after its retry budget: not a bug, so one line, no stack
+            # trace. The lease is released and taken again (here or elsewhere) later.
+            log.warning("shard %s stopped: %s; releasing its lease", key, exc)
+            await self._release(key)
+            return
+        except Exception:
             log.exception("shard %s stopped with an error; releasing its lease", key)
             await self._release(key)
-            if not isinstance(exc, AdapterError):
-                self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
+            self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
             return
         finally:
             if self._runs.get(key) is run:
