@@ -33,7 +33,7 @@ class OpClass(enum.Enum):
     #: Retrying is safe: each is fenced by a condition, so a write that was applied before
     #: its error makes the retry fail the condition, which the caller reconciles.
     WRITE = "write"
-    #: Checkpoints: the one write a processor waits for; a longer budget than other writes.
+    #: Checkpoints: the one write a processor waits for (it may retry a failed one itself).
     CHECKPOINT = "checkpoint"
     #: The leader lock's reads and writes: bounded by the heartbeat interval.
     LOCK = "lock"
@@ -84,36 +84,32 @@ def policy_table(
     max_backoff: float,
     leader_heartbeat_interval: float,
 ) -> Mapping[OpClass, RetryPolicy]:
-    """The budgets of a worker with this configuration."""
-    # Renewals: done (or given up) within half a renewal period, so the next round is on time
-    # and a lease is renewed at least twice per failover time even under throttling.
+    """The budgets of a worker with this configuration.
+
+    Renewals, checkpoints, single-item reads and lease writes can run while a lease's lock is
+    held (a checkpoint, the re-read that reconciles a refused write, a forced handoff), which
+    blocks that lease's renewals: so each is done, or given up, within half a renewal period,
+    and a lease is still renewed at least twice per failover time under throttling. Scans back
+    off least (a quarter of a write's waits): the taker finds expired leases only by scanning,
+    so a long wait there is failover time lost, and the next round scans again anyway.
+    """
+    half_period = renewer_interval / 2
     renew_cap = max(renewer_interval / 8, 0.001)
+    write_cap = max(renewer_interval / 4, 0.001)
     renew = RetryPolicy(
-        attempts=4,
-        base=min(throttle_backoff, renew_cap) / 2,
-        cap=renew_cap,
-        budget=renewer_interval / 2,
+        attempts=4, base=min(throttle_backoff, renew_cap) / 2, cap=renew_cap, budget=half_period
     )
-    # Scans: short waits, a budget of a quarter failover time; the taker's next round follows.
-    scan_cap = max(min(max_backoff, failover_time / 8), 0.001)
-    scan = RetryPolicy(
-        attempts=3,
-        base=min(throttle_backoff / 4, scan_cap),
-        cap=scan_cap,
-        budget=failover_time / 4,
-    )
-    write_cap = max(min(max_backoff, failover_time / 2), throttle_backoff)
-    write = RetryPolicy(attempts=5, base=throttle_backoff, cap=write_cap, budget=failover_time)
+    write_base = min(throttle_backoff, write_cap) / 2
     lock_cap = max(leader_heartbeat_interval / 4, 0.001)
     return {
         OpClass.RENEW: renew,
-        OpClass.SCAN: scan,
-        OpClass.READ: RetryPolicy(
-            attempts=5, base=throttle_backoff / 2, cap=write_cap, budget=failover_time
+        OpClass.READ: renew,
+        OpClass.SCAN: RetryPolicy(
+            attempts=4, base=write_base / 4, cap=write_cap / 4, budget=half_period
         ),
-        OpClass.WRITE: write,
+        OpClass.WRITE: RetryPolicy(attempts=4, base=write_base, cap=write_cap, budget=half_period),
         OpClass.CHECKPOINT: RetryPolicy(
-            attempts=6, base=throttle_backoff, cap=write_cap, budget=2 * failover_time
+            attempts=5, base=write_base, cap=write_cap, budget=half_period
         ),
         OpClass.LOCK: RetryPolicy(
             attempts=3,

@@ -222,12 +222,18 @@ class ShardSupervisor:
         prefix = _key_prefix(held.lease)
         while parents:
             leases = {}
-            for parent in parents:
-                lease = await self.store.get_lease(prefix + parent)
-                if lease is not None:
-                    leases[lease.key] = lease
-            if parents_finished(held.lease, leases):
-                return
+            try:
+                for parent in parents:
+                    lease = await self.store.get_lease(prefix + parent)
+                    if lease is not None:
+                        leases[lease.key] = lease
+            except AdapterError as exc:
+                # Failed after its retry budget: this is a poll, so poll again later rather
+                # than give the child's lease up.
+                log.warning("reading the parents of %s failed: %s; polling again", held.key, exc)
+            else:
+                if parents_finished(held.lease, leases):
+                    return
             await asyncio.sleep(self.config.parent_shard_poll_interval)
 
     async def _shard_ended(self, held: HeldLease, children: tuple[ChildShard, ...]) -> None:
