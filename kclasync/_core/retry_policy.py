@@ -33,6 +33,9 @@ class OpClass(enum.Enum):
     #: Retrying is safe: each is fenced by a condition, so a write that was applied before
     #: its error makes the retry fail the condition, which the caller reconciles.
     WRITE = "write"
+    #: The taker's writes (take_lease, start_handoff): each failed one waits a whole taker
+    #: round, so they get more attempts with short waits (failover time under throttling).
+    TAKE = "take"
     #: Checkpoints: the one write a processor waits for (it may retry a failed one itself).
     CHECKPOINT = "checkpoint"
     #: The leader lock's reads and writes: bounded by the heartbeat interval.
@@ -88,8 +91,9 @@ def policy_table(
 
     Renewals, checkpoints, single-item reads and lease writes can run while a lease's lock is
     held (a checkpoint, the re-read that reconciles a refused write, a forced handoff), which
-    blocks that lease's renewals: so each is done, or given up, within half a renewal period,
-    and a lease is still renewed at least twice per failover time under throttling. Scans back
+    blocks that lease's renewals: so each is done, or given up, within half a renewal period
+    (takes, run mostly by the taker, within three quarters), and a lease is still renewed at
+    least once per failover time under throttling. Scans back
     off least (a quarter of a write's waits): the taker finds expired leases only by scanning,
     so a long wait there is failover time lost, and the next round scans again anyway.
     """
@@ -108,6 +112,12 @@ def policy_table(
             attempts=4, base=write_base / 4, cap=write_cap / 4, budget=half_period
         ),
         OpClass.WRITE: RetryPolicy(attempts=4, base=write_base, cap=write_cap, budget=half_period),
+        OpClass.TAKE: RetryPolicy(
+            attempts=6,
+            base=write_base / 2,
+            cap=write_cap / 2,
+            budget=min(failover_time / 4, renewer_interval * 3 / 4),
+        ),
         OpClass.CHECKPOINT: RetryPolicy(
             attempts=5, base=write_base, cap=write_cap, budget=half_period
         ),
@@ -137,10 +147,10 @@ OP_CLASS: Mapping[str, OpClass] = {
     "get_lease": OpClass.READ,
     "create_lease": OpClass.WRITE,
     "renew_lease": OpClass.RENEW,
-    "take_lease": OpClass.WRITE,
+    "take_lease": OpClass.TAKE,
     "release_lease": OpClass.WRITE,
     "checkpoint": OpClass.CHECKPOINT,
-    "start_handoff": OpClass.WRITE,
+    "start_handoff": OpClass.TAKE,
     "finish_handoff": OpClass.WRITE,
     "heartbeat_worker": OpClass.RENEW,
     "remove_worker": OpClass.WRITE,
