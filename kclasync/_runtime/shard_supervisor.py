@@ -167,11 +167,16 @@ class ShardSupervisor:
             else:
                 self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
             return
-        except Exception as exc:
+        except AdapterError as exc:
+            # An I/O call failed after its retry budget: not a bug, so one line, no stack
+            # trace. The lease is released and taken again (here or elsewhere) later.
+            log.warning("shard %s stopped: %s; releasing its lease", key, exc)
+            await self._release(key)
+            return
+        except Exception:
             log.exception("shard %s stopped with an error; releasing its lease", key)
             await self._release(key)
-            if not isinstance(exc, AdapterError):
-                self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
+            self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
             return
         finally:
             if self._runs.get(key) is run:
@@ -217,12 +222,18 @@ class ShardSupervisor:
         prefix = _key_prefix(held.lease)
         while parents:
             leases = {}
-            for parent in parents:
-                lease = await self.store.get_lease(prefix + parent)
-                if lease is not None:
-                    leases[lease.key] = lease
-            if parents_finished(held.lease, leases):
-                return
+            try:
+                for parent in parents:
+                    lease = await self.store.get_lease(prefix + parent)
+                    if lease is not None:
+                        leases[lease.key] = lease
+            except AdapterError as exc:
+                # Failed after its retry budget: this is a poll, so poll again later rather
+                # than give the child's lease up.
+                log.warning("reading the parents of %s failed: %s; polling again", held.key, exc)
+            else:
+                if parents_finished(held.lease, leases):
+                    return
             await asyncio.sleep(self.config.parent_shard_poll_interval)
 
     async def _shard_ended(self, held: HeldLease, children: tuple[ChildShard, ...]) -> None:

@@ -29,12 +29,20 @@ from kclasync._config import ConsumerConfig, LeaseTakerKind
 from kclasync._core.client_version import java_fleet_follows_leader
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease_taker import LeaseTaker
+from kclasync._core.retry_policy import policy_table
 from kclasync._processor import ProcessorFactory
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment, assignment_tasks
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.retrying import (
+    Retrier,
+    RetryingCoordinatorState,
+    RetryingLeaseStore,
+    RetryingStreamClient,
+    RetryingWorkerRegistry,
+)
 from kclasync._runtime.shard_supervisor import ShardSupervisor
 from kclasync._runtime.shard_sync import ShardSync, StreamList
 from kclasync.errors import AdapterError
@@ -69,6 +77,11 @@ def shard_sync_for(
     def loop_time() -> float:
         return asyncio.get_running_loop().time()
 
+    if not isinstance(store, RetryingLeaseStore):  # a one-off sync outside a worker
+        retrier = retrier_for(spec)
+        store = RetryingLeaseStore(store, retrier)
+        client = RetryingStreamClient(client, retrier)
+
     return ShardSync(
         config=spec.config,
         streams=spec.streams,
@@ -101,6 +114,19 @@ async def overlapped(*steps: Coroutine[Any, Any, None]) -> None:
             raise failure
 
 
+def retrier_for(spec: WorkerSpec) -> Retrier:
+    """The retry policy table of a worker, with jitter from its seeded generator."""
+    cfg = spec.config
+    policies = policy_table(
+        failover_time=cfg.failover_time,
+        renewer_interval=cfg.renewer_interval,
+        throttle_backoff=cfg.throttle_backoff,
+        max_backoff=cfg.max_backoff,
+        leader_heartbeat_interval=cfg.leader_heartbeat_interval,
+    )
+    return Retrier(policies, spec.rng)
+
+
 class _NotListening:
     """The coordinator's listener until the supervisor is attached (nothing is held yet)."""
 
@@ -131,12 +157,18 @@ class Worker:
     ) -> None:
         cfg = spec.config
         self.spec = spec
+        # Every adapter call of every part goes through the one retry policy table.
+        self.retrier = retrier_for(spec)
+        store = RetryingLeaseStore(store, self.retrier)
+        stream_client = RetryingStreamClient(stream_client, self.retrier)
+        locks = RetryingCoordinatorState(locks, self.retrier)
         self.store = store
         self.locks = locks
         self._stop_requested = stop_requested
         self._started = started
         self._taker_wake = asyncio.Event()
-        self.registry = registry
+        self.registry: WorkerRegistry = RetryingWorkerRegistry(registry, self.retrier)
+        registry = self.registry
         self._legacy_cleanup = legacy_cleanup
         #: The error that stopped the worker (``run()`` raises it after the graceful stop).
         self.failure: BaseException | None = None

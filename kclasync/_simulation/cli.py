@@ -1,7 +1,8 @@
 """``kclasync simulate``: run the deterministic fleet simulation and print its report.
 
 Owns: the command's arguments and exit code (0 when no run had an invariant violation, 1
-otherwise). Must not: contain simulation logic (``harness``) or formatting (``report``).
+otherwise; with ``--jobs``, also 1 when a run logged a runtime error).
+Must not: contain simulation logic (``harness``) or formatting (``report``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "crash every SECONDS, run for the balanced, kcl3 and load policies; prints a table"
         ),
     )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help=(
+            "run the seeds in this many processes and print one pooled summary (failover "
+            "median/p99/max, duplicates by cause); exit 1 on any violation or runtime error (1)"
+        ),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,6 +112,12 @@ def run(args: argparse.Namespace) -> int:
         for r in bad:
             print(format_report(r.report), flush=True)
         return 1 if bad else 0
+    if args.jobs > 1:
+        from kclasync._simulation.sweep import sweep
+
+        summary = sweep(base, max(1, args.seeds), jobs=args.jobs, wall_limit=args.wall_limit)
+        print(summary.format(), flush=True)
+        return 1 if summary.failed_seeds else 0
     failed = 0
     for offset in range(max(1, args.seeds)):
         settings = attrs.evolve(base, seed=base.seed + offset)

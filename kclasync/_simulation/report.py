@@ -86,6 +86,8 @@ class SimulationReport:
     shards_at_end: int
     workers_started: int
     runtime_errors: Mapping[str, int]
+    #: Every failover time measured, in units of ``failover_time`` (for sweeps to pool).
+    failover_samples: tuple[float, ...] = ()
 
     @property
     def violation_count(self) -> int:
@@ -153,6 +155,7 @@ class SimulationReport:
             shards_at_end=len(sim.stream.shards),
             workers_started=len(sim.workers),
             runtime_errors=dict(sorted(errors.items())),
+            failover_samples=tuple(t / f for t in checker.failover_times),
         )
 
 

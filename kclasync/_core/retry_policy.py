@@ -1,0 +1,176 @@
+"""How an I/O call that was throttled or failed transiently is retried: the policy table.
+
+Owns: the operation classes (``OpClass``), which adapter method belongs to which
+(``OP_CLASS``), the budget of each class (``policy_table``), and the two decisions of a retry
+loop: how long to wait before the next attempt (bounded exponential backoff with full jitter,
+``next_delay``) and whether to give up (``give_up``).
+Must not: sleep, read a clock or draw random numbers itself: the caller passes the attempt
+number, the elapsed time and a uniform draw in [0, 1).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+import attrs
+
+
+class OpClass(enum.Enum):
+    """Calls that share a retry budget."""
+
+    #: Lease renewals and the worker heartbeat: must finish well inside the renewal period,
+    #: or the next renewal round is late and the lease ages towards expiry.
+    RENEW = "renew"
+    #: Full scans of the lease table / worker registry (the taker's and the leader's). The
+    #: next round scans again anyway, so a scan backs off little: a long backoff here would
+    #: delay failover (the taker finds expired leases only by scanning).
+    SCAN = "scan"
+    #: Strong single-item reads (``get_lease``: a renewal or checkpoint being reconciled, a
+    #: child waiting for its parents).
+    READ = "read"
+    #: Conditional lease writes (take, handoff, release, create, delete, childShardIds).
+    #: Retrying is safe: each is fenced by a condition, so a write that was applied before
+    #: its error makes the retry fail the condition, which the caller reconciles.
+    WRITE = "write"
+    #: The taker's writes (take_lease, start_handoff): each failed one waits a whole taker
+    #: round, so they get more attempts with short waits (failover time under throttling).
+    TAKE = "take"
+    #: Checkpoints: the one write a processor waits for (it may retry a failed one itself).
+    CHECKPOINT = "checkpoint"
+    #: The leader lock's reads and writes: bounded by the heartbeat interval.
+    LOCK = "lock"
+    #: Stream metadata (DescribeStreamSummary, ListShards).
+    STREAM_META = "stream_meta"
+    #: GetShardIterator / GetRecords: ``ShardCursor`` retries these itself, forever or up to
+    #: its ``attempts``, so the wrapper makes one attempt.
+    READ_RECORDS = "read_records"
+    #: Table creation at start-up: the worker's start-up step retries it.
+    SETUP = "setup"
+
+
+@attrs.frozen
+class RetryPolicy:
+    """At most ``attempts`` calls; the wait before attempt n+1 is uniform in
+    [0, min(cap, base * 2**(n-1))] (full jitter); no wait that would end after ``budget``
+    seconds from the first attempt is started."""
+
+    attempts: int
+    base: float
+    cap: float
+    budget: float
+
+    def __attrs_post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        if self.base <= 0 or self.cap < self.base or self.budget < 0:
+            raise ValueError("need 0 < base <= cap and budget >= 0")
+
+
+def next_delay(policy: RetryPolicy, attempt: int, draw: float) -> float:
+    """The wait after failed attempt ``attempt`` (1-based); ``draw`` is uniform in [0, 1)."""
+    ceiling = min(policy.cap, policy.base * 2.0 ** min(attempt - 1, 60))
+    return draw * ceiling
+
+
+def give_up(policy: RetryPolicy, attempt: int, elapsed: float, delay: float) -> bool:
+    """True when failed attempt ``attempt`` is the last: attempts used up, or waiting
+    ``delay`` more seconds would go past the budget (``elapsed`` since the first attempt)."""
+    return attempt >= policy.attempts or elapsed + delay > policy.budget
+
+
+def policy_table(
+    *,
+    failover_time: float,
+    renewer_interval: float,
+    throttle_backoff: float,
+    max_backoff: float,
+    leader_heartbeat_interval: float,
+) -> Mapping[OpClass, RetryPolicy]:
+    """The budgets of a worker with this configuration.
+
+    Renewals, checkpoints, single-item reads and lease writes can run while a lease's lock is
+    held (a checkpoint, the re-read that reconciles a refused write, a forced handoff), which
+    blocks that lease's renewals: so each is done, or given up, within half a renewal period
+    (takes, run mostly by the taker, within three quarters), and a lease is still renewed at
+    least once per failover time under throttling. Scans back
+    off least (a quarter of a write's waits): the taker finds expired leases only by scanning,
+    so a long wait there is failover time lost, and the next round scans again anyway.
+    """
+    half_period = renewer_interval / 2
+    renew_cap = max(renewer_interval / 8, 0.001)
+    write_cap = max(renewer_interval / 4, 0.001)
+    renew = RetryPolicy(
+        attempts=4, base=min(throttle_backoff, renew_cap) / 2, cap=renew_cap, budget=half_period
+    )
+    write_base = min(throttle_backoff, write_cap) / 2
+    lock_cap = max(leader_heartbeat_interval / 4, 0.001)
+    return {
+        OpClass.RENEW: renew,
+        OpClass.READ: renew,
+        OpClass.SCAN: RetryPolicy(
+            attempts=4, base=write_base / 4, cap=write_cap / 4, budget=half_period
+        ),
+        OpClass.WRITE: RetryPolicy(attempts=4, base=write_base, cap=write_cap, budget=half_period),
+        OpClass.TAKE: RetryPolicy(
+            attempts=6,
+            base=write_base / 2,
+            cap=write_cap / 2,
+            budget=min(failover_time / 4, renewer_interval * 3 / 4),
+        ),
+        OpClass.CHECKPOINT: RetryPolicy(
+            attempts=5, base=write_base, cap=write_cap, budget=half_period
+        ),
+        OpClass.LOCK: RetryPolicy(
+            attempts=3,
+            base=min(throttle_backoff, lock_cap) / 2,
+            cap=lock_cap,
+            budget=leader_heartbeat_interval / 2,
+        ),
+        OpClass.STREAM_META: RetryPolicy(
+            attempts=5, base=throttle_backoff, cap=max_backoff, budget=2 * failover_time
+        ),
+        OpClass.READ_RECORDS: RetryPolicy(
+            attempts=1, base=throttle_backoff, cap=max_backoff, budget=0.0
+        ),
+        OpClass.SETUP: RetryPolicy(attempts=1, base=throttle_backoff, cap=max_backoff, budget=0.0),
+    }
+
+
+#: The class of every adapter method (lease store, coordinator state, stream client, worker
+#: registry). A method missing here is a bug the wrapper refuses at construction.
+OP_CLASS: Mapping[str, OpClass] = {
+    # LeaseStore
+    "ensure_table": OpClass.SETUP,
+    "is_empty": OpClass.SCAN,
+    "list_leases": OpClass.SCAN,
+    "get_lease": OpClass.READ,
+    "create_lease": OpClass.WRITE,
+    "renew_lease": OpClass.RENEW,
+    "take_lease": OpClass.TAKE,
+    "release_lease": OpClass.WRITE,
+    "checkpoint": OpClass.CHECKPOINT,
+    "start_handoff": OpClass.TAKE,
+    "finish_handoff": OpClass.WRITE,
+    "lease_keys_of": OpClass.SCAN,
+    "delete_lease": OpClass.WRITE,
+    "update_child_shard_ids": OpClass.WRITE,
+    # CoordinatorStateStore
+    "get_lock": OpClass.LOCK,
+    "create_lock": OpClass.LOCK,
+    "replace_lock": OpClass.LOCK,
+    "release_lock": OpClass.LOCK,
+    "get_migration_state": OpClass.LOCK,
+    # StreamClient
+    "describe_stream": OpClass.STREAM_META,
+    "list_shards": OpClass.STREAM_META,
+    "get_shard_iterator": OpClass.READ_RECORDS,
+    "get_records": OpClass.READ_RECORDS,
+    # WorkerRegistry
+    "report": OpClass.RENEW,
+    "list_workers": OpClass.SCAN,
+    "remove": OpClass.WRITE,
+}
+
+
+__all__ = ["OP_CLASS", "OpClass", "RetryPolicy", "give_up", "next_delay", "policy_table"]

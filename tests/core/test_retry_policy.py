@@ -1,0 +1,94 @@
+"""The retry policy table: full-jitter delays, budgets, and the class of every adapter call."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
+from kclasync._adapters.worker_registry import WorkerRegistry
+from kclasync._config import ConsumerConfig
+from kclasync._core.retry_policy import (
+    OP_CLASS,
+    OpClass,
+    RetryPolicy,
+    give_up,
+    next_delay,
+    policy_table,
+)
+
+
+def table_for(config: ConsumerConfig) -> dict[OpClass, RetryPolicy]:
+    return dict(
+        policy_table(
+            failover_time=config.failover_time,
+            renewer_interval=config.renewer_interval,
+            throttle_backoff=config.throttle_backoff,
+            max_backoff=config.max_backoff,
+            leader_heartbeat_interval=config.leader_heartbeat_interval,
+        )
+    )
+
+
+def protocol_methods(proto: type) -> set[str]:
+    return {
+        name
+        for name, value in vars(proto).items()
+        if not name.startswith("_") and inspect.iscoroutinefunction(value)
+    }
+
+
+@pytest.mark.parametrize("proto", [LeaseStore, CoordinatorStateStore, StreamClient, WorkerRegistry])
+def test_every_adapter_method_has_an_operation_class(proto: type) -> None:
+    methods = protocol_methods(proto)
+    assert methods, proto
+    assert methods <= set(OP_CLASS), methods - set(OP_CLASS)
+
+
+def test_full_jitter_stays_under_the_capped_exponential() -> None:
+    p = RetryPolicy(attempts=10, base=0.1, cap=1.0, budget=100)
+    assert next_delay(p, 1, 0.999) == pytest.approx(0.0999)
+    assert next_delay(p, 3, 0.5) == pytest.approx(0.2)
+    assert next_delay(p, 9, 0.999) == pytest.approx(0.999)  # capped
+    assert next_delay(p, 1, 0.0) == 0.0
+    assert next_delay(p, 10_000, 0.5) == pytest.approx(0.5)  # no overflow
+
+
+def test_give_up_on_attempts_or_budget() -> None:
+    p = RetryPolicy(attempts=3, base=0.1, cap=1.0, budget=1.0)
+    assert not give_up(p, 1, 0.0, 0.1)
+    assert give_up(p, 3, 0.0, 0.0)
+    assert give_up(p, 1, 0.95, 0.1)  # the wait would end after the budget
+
+
+def test_bad_policies_are_refused() -> None:
+    with pytest.raises(ValueError):
+        RetryPolicy(attempts=0, base=0.1, cap=1, budget=1)
+    with pytest.raises(ValueError):
+        RetryPolicy(attempts=2, base=1, cap=0.5, budget=1)
+
+
+@pytest.mark.parametrize("failover", [0.6, 10.0, 60.0])
+def test_budgets_fit_the_protocol_periods(failover: float) -> None:
+    config = ConsumerConfig(failover_time=failover)
+    t = table_for(config)
+    # A renewal is done or given up well inside one renewal period.
+    assert t[OpClass.RENEW].budget <= config.renewer_interval / 2
+    # The longest possible total wait of a renewal also fits.
+    renew = t[OpClass.RENEW]
+    assert sum(next_delay(renew, n, 0.999) for n in range(1, renew.attempts)) < (
+        config.renewer_interval
+    )
+    # The taker's scans back off less than writes (failover waits for the next scan).
+    assert t[OpClass.SCAN].base < t[OpClass.WRITE].base
+    assert t[OpClass.SCAN].cap <= t[OpClass.WRITE].cap
+    # Calls that can run under a lease's lock block its renewals: half a period at most.
+    for op in (OpClass.RENEW, OpClass.READ, OpClass.WRITE, OpClass.CHECKPOINT):
+        assert t[op].budget <= config.renewer_interval / 2
+    # The leader lock's calls end before the next heartbeat.
+    assert t[OpClass.LOCK].budget < config.leader_heartbeat_interval
+    # GetRecords is retried by ShardCursor, table set-up by the start-up step: one attempt.
+    assert t[OpClass.READ_RECORDS].attempts == 1
+    assert t[OpClass.SETUP].attempts == 1
+    assert set(t) == set(OpClass)
