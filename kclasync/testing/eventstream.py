@@ -89,12 +89,14 @@ class Fault:
     ``error``: answer with this error code (HTTP 400) instead of subscribing.
     ``exception_after``: send an exception event ``exception_code`` after this many events.
     ``drop_after``: after this many events, send half a frame and cut the connection.
+    ``corrupt_after``: after this many events, send a frame whose checksum does not match.
     """
 
     error: str | None = None
     exception_after: int | None = None
     exception_code: str = "InternalFailureException"
     drop_after: int | None = None
+    corrupt_after: int | None = None
 
 
 @attrs.define
@@ -318,6 +320,8 @@ class FanOutServer:
         self.active.add(key)
         try:
             return await self._stream(request, self.shards[shard_id], call, fault)
+        except ConnectionError:
+            return web.Response()  # the subscriber went away; nothing more to send
         finally:
             self.active.discard(key)
 
@@ -341,6 +345,11 @@ class FanOutServer:
                 assert request.transport is not None
                 request.transport.abort()
                 return resp
+            if fault.corrupt_after is not None and call.events >= fault.corrupt_after:
+                damaged = bytearray(event_message("SubscribeToShardEvent", {"Records": []}))
+                damaged[-6] ^= 0xFF
+                await resp.write(bytes(damaged))
+                break
             if fault.exception_after is not None and call.events >= fault.exception_after:
                 await resp.write(exception_message(fault.exception_code, "injected"))
                 break

@@ -79,9 +79,9 @@ class KinesisLocalFanOutRelay:
         upstream = await self._http.request(
             request.method, self.upstream + request.path_qs, headers=headers, data=body
         )
+        is_stream = "eventstream" in upstream.headers.get("Content-Type", "")
         try:
             out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
-            is_stream = "eventstream" in upstream.headers.get("Content-Type", "")
             if not is_stream:
                 return web.Response(
                     status=upstream.status, headers=out_headers, body=await upstream.read()
@@ -102,7 +102,10 @@ class KinesisLocalFanOutRelay:
                     request.transport.abort()
             return resp
         finally:
-            upstream.release()
+            if is_stream:
+                upstream.close()  # not reused: kinesis-local sees the subscription end
+            else:
+                upstream.release()
 
     async def _relayed(
         self, upstream: aiohttp.ClientResponse, request_doc: dict[str, Any]
