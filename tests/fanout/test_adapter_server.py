@@ -3,6 +3,7 @@ framing (initial-response, SubscribeToShardEvent, ChildShards at shard end, inje
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from kclasync._adapters.protocols import (
 )
 from kclasync._core.fanout_session import ResubscribePolicy
 from kclasync._runtime.fanout_cursor import FanOutCursor
+from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync.testing.eventstream import FanOutServer, Fault
 
 SHARD = "shardId-000000000000"
@@ -324,3 +326,27 @@ async def test_cursor_gives_up_after_max_failures(
     with pytest.raises(SubscriptionInUseError):
         await read_all(c)
     assert c.subscriptions == 3
+
+
+async def test_one_registration_per_stream_and_deregistration_on_stop(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    consumers = FanOutConsumers(fanout, "app", poll_interval=0.01, deregister_on_stop=True)
+    arns = await asyncio.gather(*(consumers.consumer_arn(server.stream) for _ in range(8)))
+    assert len(set(arns)) == 1
+    assert fanout.calls["register_stream_consumer"] == 1
+    seqs = await put(server, 2)
+    await server.split(SHARD)
+    c = await consumers.cursor(server.stream, SHARD, TRIM)
+    assert await read_all(c) == seqs
+    await consumers.close()
+    assert server.consumers == {}
+
+
+async def test_consumers_are_kept_on_stop_by_default(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    consumers = FanOutConsumers(fanout, "app", poll_interval=0.01)
+    await consumers.consumer_arn(server.stream)
+    await consumers.close()
+    assert server.consumers == {"app": "ACTIVE"}
