@@ -16,6 +16,7 @@ path uses it or knows about it.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -39,6 +40,8 @@ class KinesisLocalFanOutRelay:
         self.region = region
         self.url = ""
         self.shard_ends_sent = 0
+        #: Requests relayed, by operation (the X-Amz-Target's last part).
+        self.operations: Counter[str] = Counter()
         self._runner: web.AppRunner | None = None
         self._http: aiohttp.ClientSession | None = None
         self._kinesis: Any = None
@@ -75,6 +78,7 @@ class KinesisLocalFanOutRelay:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         assert self._http is not None
         body = await request.read()
+        self.operations[request.headers.get("X-Amz-Target", "").rpartition(".")[2]] += 1
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         upstream = await self._http.request(
             request.method, self.upstream + request.path_qs, headers=headers, data=body
