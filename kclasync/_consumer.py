@@ -18,7 +18,7 @@ import random
 import secrets
 import socket
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -35,6 +35,9 @@ from kclasync._runtime.shard_sync import StreamList
 from kclasync._runtime.worker import Worker, WorkerSpec, shard_sync_for
 from kclasync.errors import ConfigError
 from kclasync.logging import log_context
+
+if TYPE_CHECKING:
+    from kclasync._adapters.fanout import FanOutClient
 
 log = logging.getLogger("kclasync._consumer")
 
@@ -137,6 +140,8 @@ class Consumer:
         self._labels = (application_name, self.worker_id)
         self._store = lease_store
         self._stream_client = stream_client
+        #: Enhanced fan-out over the Kinesis client made in ``run()`` (retrieval="fanout").
+        self._fanout_client: FanOutClient | None = None
         if lease_taker is None:
             lease_taker = (
                 Kcl2LeaseTaker()
@@ -250,12 +255,14 @@ class Consumer:
 
                 self._coordinator_state = MemoryCoordinatorState()
             if self._stream_client is None:
+                from kclasync._adapters.fanout import FanOutClient
                 from kclasync._adapters.kinesis import KinesisStreamClient
 
                 kin = await stack.enter_async_context(
                     self._client_options.create_client("kinesis", session)
                 )
                 self._stream_client = KinesisStreamClient(kin)
+                self._fanout_client = FanOutClient(kin)
             self._worker = Worker(
                 self._spec,
                 store=self._store,
@@ -263,6 +270,7 @@ class Consumer:
                 locks=self._coordinator_state,
                 stop_requested=self._stop_requested,
                 started=self._started,
+                fanout=self._fanout_client,
             )
             await self._worker.run()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from kclasync._adapters.fanout import (
     ConsumerNotFoundError,
@@ -97,7 +97,7 @@ class FanOutCursor:
             return self.start
         return StartingPosition(IteratorType.AFTER_SEQUENCE_NUMBER, resume_after)
 
-    async def events(self) -> AsyncIterator[SubscriptionEvent]:
+    async def events(self) -> AsyncGenerator[SubscriptionEvent, None]:
         """Every event of the shard from ``start``, across subscriptions. The last one yielded
         has ``shard_ended`` set when the shard ends. Raises ``ShardNotFoundError``,
         ``ConsumerNotFoundError``, or the last error once the policy gives up."""

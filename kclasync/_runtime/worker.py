@@ -18,23 +18,26 @@ from typing import Any
 
 import attrs
 
+from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.protocols import (
     CoordinatorStateStore,
     LeaseStore,
     StreamClient,
 )
-from kclasync._config import ConsumerConfig, LeaseTakerKind
+from kclasync._config import ConsumerConfig, LeaseTakerKind, RetrievalMode
 from kclasync._core.expiry import ExpiryTracker
+from kclasync._core.fanout_session import ResubscribePolicy
 from kclasync._core.lease_taker import LeaseTaker
 from kclasync._processor import ProcessorFactory
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment, assignment_tasks
+from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.shard_supervisor import ShardSupervisor
 from kclasync._runtime.shard_sync import ShardSync, StreamList
-from kclasync.errors import AdapterError
+from kclasync.errors import AdapterError, ConfigError
 
 log = logging.getLogger("kclasync._consumer")
 
@@ -98,6 +101,25 @@ async def overlapped(*steps: Coroutine[Any, Any, None]) -> None:
             raise failure
 
 
+def fanout_consumers_for(spec: WorkerSpec, client: FanOutClient | None) -> FanOutConsumers | None:
+    """The worker's stream consumers when it reads with enhanced fan-out (else None)."""
+    cfg = spec.config
+    if cfg.retrieval is not RetrievalMode.FANOUT:
+        return None
+    if client is None:
+        raise ConfigError(
+            "retrieval", "fan-out needs the Kinesis client kclasync creates (no stream_client=)"
+        )
+    return FanOutConsumers(
+        client,
+        cfg.fanout_consumer_name or spec.application,
+        policy=ResubscribePolicy(refresh_after=cfg.fanout_refresh_after),
+        rng=spec.rng,
+        activation_timeout=cfg.fanout_activation_timeout,
+        deregister_on_stop=cfg.fanout_deregister_on_stop,
+    )
+
+
 class _NotListening:
     """The coordinator's listener until the supervisor is attached (nothing is held yet)."""
 
@@ -121,6 +143,7 @@ class Worker:
         locks: CoordinatorStateStore,
         stop_requested: asyncio.Event,
         started: asyncio.Event,
+        fanout: FanOutClient | None = None,
     ) -> None:
         cfg = spec.config
         self.spec = spec
@@ -169,6 +192,8 @@ class Worker:
             stream_client=stream_client,
             clock=self.coordinator.now,
         )
+        #: The stream consumers shards are read through (retrieval="fanout"), else None.
+        self.fanout = fanout_consumers_for(spec, fanout)
         self.supervisor = ShardSupervisor(
             config=cfg,
             coordinator=self.coordinator,
@@ -180,6 +205,7 @@ class Worker:
             stream_of=self.shard_sync.stream_of,
             on_children_created=self._taker_wake.set,
             on_failure=self.fail,
+            fanout=self.fanout,
         )
         self.coordinator.listener = self.supervisor
         #: Leader-based modes (``kcl3``, ``load``): the leader's loop and this worker's discovery.
@@ -292,6 +318,8 @@ class Worker:
         await asyncio.gather(*duties, return_exceptions=True)
         await self.elector.release()  # another worker leads at once
         await self.supervisor.drain()  # renewals go on meanwhile
+        if self.fanout is not None:
+            await self.fanout.close()  # deregisters, if configured to
         renewer.cancel()
         await asyncio.gather(renewer, return_exceptions=True)
         worker_id = self.spec.worker_id

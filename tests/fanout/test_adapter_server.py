@@ -350,3 +350,45 @@ async def test_consumers_are_kept_on_stop_by_default(
     await consumers.consumer_arn(server.stream)
     await consumers.close()
     assert server.consumers == {"app": "ACTIVE"}
+
+
+async def test_the_stream_is_read_only_as_fast_as_the_queue_drains(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    """40 events of ~1 MB: with the reader stalled behind a full queue of 3, the server can only
+    send what the queue, the one event in hand and the socket buffers hold."""
+    server.batch = 10
+    big = b"x" * 100_000
+    for _ in range(400):
+        await server.put(SHARD, big)
+    arn = await consumer_arn(fanout, server)
+    queue: asyncio.Queue[SubscriptionEvent] = asyncio.Queue(3)
+
+    async def fetch() -> None:
+        async for event in cursor(fanout, arn).events():
+            await queue.put(event)
+
+    task = asyncio.create_task(fetch())
+    try:
+        await wait_for(lambda: queue.full(), 10)
+        sent = -1
+        while sent != server.calls[-1].events:  # until the server is blocked
+            sent = server.calls[-1].events
+            await asyncio.sleep(0.3)
+        assert 4 <= sent <= 20, sent  # far from all 40
+        records = 0
+        while records < 400:
+            records += len((await asyncio.wait_for(queue.get(), 10)).records)
+        assert records == 400
+        assert len(server.calls) == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def wait_for(predicate: Any, timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
