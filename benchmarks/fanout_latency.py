@@ -1,12 +1,13 @@
-"""Put-to-process latency: enhanced fan-out against polling, on kinesis-local.
+"""Put-to-process latency: enhanced fan-out against polling, on kinesis-local (DynamoDB: moto).
 
-One stream with one shard; a producer writes one record every ``--interval`` seconds carrying the
-event-loop time just before its PutRecord call. Three readers run at the same time in this
-process over the same records: the fan-out cursor (SubscribeToShard, through the test relay that
-adds kinesis-local's missing initial-response), the polling cursor with the default idle time
-between reads (1.5 s), and the polling cursor with 0.2 s. Each records, per record, the time
-from just before the put to the moment the record reached it. Prints median and p99 per reader
-and the ratios against the default polling reader. Bounded by ``--seconds`` (default 40).
+One stream with one shard; a producer writes one record every ``--interval`` seconds (its index
+in the data). Five readers run at the same time in this process over the same records: two
+``Consumer`` objects with default settings, ``retrieval="fanout"`` and polling (idle time
+between reads 1.5 s), whose processors note when each record arrives; and, one layer down, the
+fan-out cursor and the polling cursor with 1.5 s and 0.2 s idle time. Fan-out goes through the
+test relay that adds kinesis-local's missing initial-response. Prints, per reader, median and p99
+from just before the PutRecord call and from its acknowledgement, and the ratio against the
+polling Consumer. Bounded by ``--seconds`` (default 40) plus start-up.
 
 kinesis-local pushes fan-out events on its own ~1 s timer, so on this emulator fan-out latency is
 bound by that timer; the service pushes records as they arrive (typically ~70 ms).
@@ -18,20 +19,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiobotocore.session import get_session
+from prometheus_client import CollectorRegistry
 
+from kclasync import Consumer, ConsumerConfig
 from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._adapters.protocols import IteratorType, StartingPosition
 from kclasync._records import Record
 from kclasync._runtime.fanout_cursor import FanOutCursor
 from kclasync._runtime.shard_cursor import ShardCursor
-from kclasync.testing.emulators import LocalAws, find_kinesis_local, kinesis_local
+from kclasync.testing.emulators import LocalAws, find_kinesis_local, kinesis_local, moto_process
 from kclasync.testing.fanout_proxy import KinesisLocalFanOutRelay
 
 START = StartingPosition(IteratorType.TRIM_HORIZON)
@@ -93,7 +97,27 @@ def _stats(values: list[float]) -> tuple[float, float]:
     return statistics.median(ms), ms[min(len(ms) - 1, int(len(ms) * 0.99))]
 
 
-async def run(upstream: str, seconds: float, interval: float) -> None:
+def _consumer(
+    aws: LocalAws, endpoint: str, stream: str, sink: dict[int, float], **config: object
+) -> Consumer:
+    loop = asyncio.get_running_loop()
+
+    async def handle(records: Sequence[Record]) -> None:
+        _observe(list(records), loop, sink)
+
+    return Consumer(
+        stream_name=stream,
+        application_name=f"{stream}-{config.get('retrieval', 'polling')}",
+        processor=handle,
+        config=ConsumerConfig(initial_position="TRIM_HORIZON", **config),  # type: ignore[arg-type]
+        client_options=aws.client_options(kinesis_endpoint_url=endpoint),
+        registry=CollectorRegistry(),
+    )
+
+
+async def run(aws: LocalAws, seconds: float, interval: float) -> None:
+    upstream = aws.kinesis_endpoint_url
+    assert upstream is not None
     stream = f"bench-{uuid.uuid4().hex[:8]}"
     loop = asyncio.get_running_loop()
     async with (
@@ -107,17 +131,24 @@ async def run(upstream: str, seconds: float, interval: float) -> None:
         fanout = FanOutClient(via_relay)
         consumer = await fanout.ensure_consumer(stream, "latency", poll_interval=0.1)
         sinks: dict[str, dict[int, float]] = {
-            "fan-out": {},
-            "polling idle 1.5 s": {},
-            "polling idle 0.2 s": {},
+            "Consumer, fan-out": {},
+            "Consumer, polling": {},
+            "cursor, fan-out": {},
+            "cursor, polling 1.5 s": {},
+            "cursor, polling 0.2 s": {},
         }
+        consumers = [
+            _consumer(aws, relayed, stream, sinks["Consumer, fan-out"], retrieval="fanout"),
+            _consumer(aws, upstream, stream, sinks["Consumer, polling"]),
+        ]
         sent: list[tuple[float, float]] = []  # (before the put, when it was acknowledged)
-        stop_at = loop.time() + seconds
-        done = lambda: loop.time() > stop_at + 3  # noqa: E731 - drain the last records
+        stop_at = [float("inf")]  # set when the producer starts
+        done = lambda: loop.time() > stop_at[0] + 3  # noqa: E731 - drain the last records
 
         async def produce() -> None:
             await asyncio.sleep(2.0)  # readers subscribed and polling
-            while loop.time() < stop_at:
+            stop_at[0] = loop.time() + seconds
+            while loop.time() < stop_at[0]:
                 before = loop.time()
                 data = struct.pack("!I", len(sent))
                 await raw.put_record(StreamName=stream, PartitionKey="k", Data=data)
@@ -125,27 +156,32 @@ async def run(upstream: str, seconds: float, interval: float) -> None:
                 await asyncio.sleep(interval)
 
         readers = [
-            _fan_out(fanout, consumer.arn, stream, shard, sinks["fan-out"], done),
-            _poll(kinesis, stream, shard, 1.5, sinks["polling idle 1.5 s"], done),
-            _poll(kinesis, stream, shard, 0.2, sinks["polling idle 0.2 s"], done),
+            _fan_out(fanout, consumer.arn, stream, shard, sinks["cursor, fan-out"], done),
+            _poll(kinesis, stream, shard, 1.5, sinks["cursor, polling 1.5 s"], done),
+            _poll(kinesis, stream, shard, 0.2, sinks["cursor, polling 0.2 s"], done),
         ]
-        await asyncio.gather(produce(), *readers)
+        async with contextlib.AsyncExitStack() as running:
+            for c in consumers:
+                await running.enter_async_context(c)
+            while not all(c.held_leases for c in consumers):
+                await asyncio.sleep(0.1)
+            await asyncio.gather(produce(), *readers)
     put_median, put_p99 = _stats([ack - before for before, ack in sent])
     print(
         f"kinesis-local, 1 shard, {len(sent)} records, one every {interval * 1000:.0f} ms; "
         f"PutRecord itself: median {put_median:.1f} ms, p99 {put_p99:.1f} ms"
     )
-    head = f"{'reader':<20} {'from put call: median':>22} {'p99':>8}"
+    head = f"{'reader':<22} {'from put call: median':>22} {'p99':>8}"
     print(f"{head}   {'from put ack: median':>21} {'p99':>8}")
-    polled = sinks["polling idle 1.5 s"]
+    polled = sinks["Consumer, polling"]
     baseline, _ = _stats([polled[i] - before for i, (before, _) in enumerate(sent)])
     for name, sink in sinks.items():
         assert len(sink) == len(sent), f"{name} saw {len(sink)} of {len(sent)} records"
         median, p99 = _stats([sink[i] - before for i, (before, _) in enumerate(sent)])
         ack_median, ack_p99 = _stats([sink[i] - ack for i, (_, ack) in enumerate(sent)])
         print(
-            f"{name:<20} {median:19.1f} ms {p99:8.1f}   {ack_median:18.1f} ms {ack_p99:8.1f}"
-            f"   ({median / baseline:.2f}x polling idle 1.5 s)"
+            f"{name:<22} {median:19.1f} ms {p99:8.1f}   {ack_median:18.1f} ms {ack_p99:8.1f}"
+            f"   ({median / baseline:.2f}x the polling Consumer)"
         )
 
 
@@ -157,9 +193,8 @@ def main() -> None:
     script = find_kinesis_local()
     if script is None:
         raise SystemExit("kinesis-local is not installed: run `npm ci`")
-    with kinesis_local(LocalAws("http://127.0.0.1:1"), script=script) as aws:
-        assert aws.kinesis_endpoint_url is not None
-        asyncio.run(run(aws.kinesis_endpoint_url, args.seconds, args.interval))
+    with moto_process() as moto, kinesis_local(moto, script=script) as aws:
+        asyncio.run(run(aws, args.seconds, args.interval))
 
 
 if __name__ == "__main__":
