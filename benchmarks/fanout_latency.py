@@ -7,7 +7,9 @@ between reads 1.5 s), whose processors note when each record arrives; and, one l
 fan-out cursor and the polling cursor with 1.5 s and 0.2 s idle time. Fan-out goes through the
 test relay that adds kinesis-local's missing initial-response. Prints, per reader, median and p99
 from just before the PutRecord call and from its acknowledgement, and the ratio against the
-polling Consumer. Bounded by ``--seconds`` (default 40) plus start-up.
+polling Consumer. Then, for the client's own share, the fan-out cursor against the test
+event-stream server, which pushes each record as it is written. Bounded by ``--seconds``
+(default 40) plus start-up, and 10 s.
 
 kinesis-local pushes fan-out events on its own ~1 s timer, so on this emulator fan-out latency is
 bound by that timer; the service pushes records as they arrive (typically ~70 ms).
@@ -36,6 +38,7 @@ from kclasync._records import Record
 from kclasync._runtime.fanout_cursor import FanOutCursor
 from kclasync._runtime.shard_cursor import ShardCursor
 from kclasync.testing.emulators import LocalAws, find_kinesis_local, kinesis_local, moto_process
+from kclasync.testing.eventstream import FanOutServer
 from kclasync.testing.fanout_proxy import KinesisLocalFanOutRelay
 
 START = StartingPosition(IteratorType.TRIM_HORIZON)
@@ -185,6 +188,39 @@ async def run(aws: LocalAws, seconds: float, interval: float) -> None:
         )
 
 
+async def run_framing_server(seconds: float, interval: float) -> None:
+    """The client's own share: the fan-out cursor against the test server, which pushes each
+    record the moment it is written (as the service does), in real event-stream framing."""
+    server = FanOutServer(heartbeat=5.0)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    sink: dict[int, float] = {}
+    sent: list[float] = []
+    try:
+        async with _client(server.url) as client:  # type: ignore[attr-defined]
+            fanout = FanOutClient(client)
+            arn = (await fanout.ensure_consumer(server.stream, "latency", poll_interval=0.01)).arn
+            shard = next(iter(server.shards))
+            stop_at = loop.time() + seconds
+            finished = lambda: loop.time() > stop_at and len(sink) >= len(sent)  # noqa: E731
+            reader = asyncio.create_task(
+                _fan_out(fanout, arn, server.stream, shard, sink, finished)
+            )
+            await asyncio.sleep(0.5)
+            while loop.time() < stop_at:
+                sent.append(loop.time())
+                await server.put(shard, struct.pack("!I", len(sent) - 1))
+                await asyncio.sleep(interval)
+            await asyncio.wait_for(reader, 10)
+    finally:
+        await server.stop()
+    median, p99 = _stats([sink[i] - t for i, t in enumerate(sent)])
+    print(
+        f"test event-stream server (pushes on write), {len(sent)} records: fan-out cursor "
+        f"median {median:.1f} ms, p99 {p99:.1f} ms (client, framing and loopback only)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=40.0)
@@ -195,6 +231,7 @@ def main() -> None:
         raise SystemExit("kinesis-local is not installed: run `npm ci`")
     with moto_process() as moto, kinesis_local(moto, script=script) as aws:
         asyncio.run(run(aws, args.seconds, args.interval))
+    asyncio.run(run_framing_server(min(args.seconds, 10.0), 0.05))
 
 
 if __name__ == "__main__":
