@@ -27,16 +27,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 
 from kclasync._adapters.protocols import (
-    AdapterError,
     ChildShard,
     ShardNotFoundError,
     StartingPosition,
-    ThrottledError,
-    TransientError,
 )
 from kclasync._core.shard import HashRange
 from kclasync._records import Record
-from kclasync.errors import StreamNotFoundError
+from kclasync.errors import AdapterError, StreamNotFoundError, ThrottledError, TransientError
 
 _THROTTLING = {
     "ProvisionedThroughputExceededException",

@@ -23,12 +23,9 @@ from kclasync._adapters.fanout import (
     SubscriptionInUseError,
 )
 from kclasync._adapters.protocols import (
-    AdapterError,
     IteratorType,
     ShardNotFoundError,
     StartingPosition,
-    ThrottledError,
-    TransientError,
 )
 from kclasync._core.fanout_session import (
     Action,
@@ -39,6 +36,7 @@ from kclasync._core.fanout_session import (
     resume_point,
     should_refresh,
 )
+from kclasync.errors import AdapterError, ThrottledError, TransientError
 
 log = logging.getLogger("kclasync.fanout")
 

@@ -16,9 +16,10 @@ import random
 from collections.abc import Callable
 
 from kclasync._adapters.fanout import FanOutClient
-from kclasync._adapters.protocols import StartingPosition, ThrottledError, TransientError
+from kclasync._adapters.protocols import StartingPosition
 from kclasync._core.fanout_session import ResubscribePolicy, backoff
 from kclasync._runtime.fanout_cursor import FanOutCursor
+from kclasync.errors import ThrottledError, TransientError
 
 log = logging.getLogger("kclasync.fanout")
 

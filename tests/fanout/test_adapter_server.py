@@ -24,12 +24,11 @@ from kclasync._adapters.protocols import (
     IteratorType,
     ShardNotFoundError,
     StartingPosition,
-    ThrottledError,
-    TransientError,
 )
 from kclasync._core.fanout_session import ResubscribePolicy
 from kclasync._runtime.fanout_cursor import FanOutCursor
 from kclasync._runtime.fanout_streams import FanOutConsumers
+from kclasync.errors import ThrottledError, TransientError
 from kclasync.testing.eventstream import FanOutServer, Fault
 
 SHARD = "shardId-000000000000"
