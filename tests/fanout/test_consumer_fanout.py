@@ -7,11 +7,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import pytest
 from prometheus_client import CollectorRegistry
 
-from kclasync import Consumer
+from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
+from kclasync._config import RetrievalMode
 from kclasync._processor import Checkpointer, ShardInfo
 from kclasync._records import Record
+from kclasync.errors import ConfigError
 from kclasync.testing.emulators import LocalAws
 from kclasync.testing.fanout_proxy import KinesisLocalFanOutRelay
 from tests.support import Tally, aws_for, fast_config, wait_until
@@ -103,3 +107,32 @@ async def test_fan_out_consumer_reads_every_record_across_a_split(
         # Every read of the consumer went through SubscribeToShard.
         assert relay.operations["GetRecords"] == 0
         assert relay.operations["SubscribeToShard"] >= 3
+
+
+async def test_fan_out_with_an_injected_stream_client_is_refused() -> None:
+    client = MemoryStreamClient()
+    client.create_stream("s", 1)
+
+    async def handle(records: Sequence[Record]) -> None:
+        return None
+
+    consumer = Consumer(
+        stream_name="s",
+        application_name="app",
+        processor=handle,
+        config=ConsumerConfig(retrieval="fanout"),  # type: ignore[arg-type]
+        lease_store=MemoryLeaseStore(MemoryLeaseTable()),
+        stream_client=client,
+        registry=CollectorRegistry(),
+    )
+    with pytest.raises(ConfigError, match="retrieval: fan-out needs the Kinesis client"):
+        await asyncio.wait_for(consumer.run(), 10)
+
+
+def test_retrieval_setting_is_checked() -> None:
+    assert ConsumerConfig().retrieval is RetrievalMode.POLLING
+    assert ConsumerConfig(retrieval="fanout").retrieval is RetrievalMode.FANOUT  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="retrieval"):
+        ConsumerConfig(retrieval="push")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="fanout_refresh_after"):
+        ConsumerConfig(fanout_refresh_after=300.0)
