@@ -357,6 +357,7 @@ async def test_the_stream_is_read_only_as_fast_as_the_queue_drains(
     """40 events of ~1 MB: with the reader stalled behind a full queue of 3, the server can only
     send what the queue, the one event in hand and the socket buffers hold."""
     server.batch = 10
+    server.lifetime = 120.0  # one subscription throughout, however slow the machine
     big = b"x" * 100_000
     for _ in range(400):
         await server.put(SHARD, big)
