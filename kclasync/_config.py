@@ -125,6 +125,21 @@ def _meta(unit: str, kcl: str = "") -> dict[str, str]:
     return {"unit": unit, "kcl": kcl}
 
 
+class RetrievalMode(str, enum.Enum):
+    """How shards are read: ``polling`` (GetRecords) or ``fanout`` (enhanced fan-out:
+    SubscribeToShard through a registered stream consumer; see docs/fanout.md)."""
+
+    POLLING = "polling"
+    FANOUT = "fanout"
+
+
+def _retrieval(value: Any) -> RetrievalMode:
+    try:
+        return RetrievalMode(value)
+    except ValueError:
+        raise ConfigError("retrieval", "must be 'polling' or 'fanout'") from None
+
+
 @attrs.frozen(kw_only=True)
 class ConsumerConfig:
     """Tuning for one consumer. Times are in seconds. Defaults match the Java KCL's."""
@@ -315,6 +330,31 @@ class ConsumerConfig:
     table_name: str | None = attrs.field(
         default=None, validator=_optional_name, metadata=_meta("", kcl="tableName")
     )
+    #: ``polling`` (GetRecords) or ``fanout`` (enhanced fan-out: SubscribeToShard through a
+    #: registered stream consumer; see the fan-out guide).
+    retrieval: RetrievalMode = attrs.field(
+        default=RetrievalMode.POLLING,
+        converter=_retrieval,
+        metadata=_meta("", kcl="retrievalSpecificConfig"),
+    )
+    #: Fan-out: the stream consumer's name, registered (or reused) on each stream; None means
+    #: the application name (as the KCL does).
+    fanout_consumer_name: str | None = attrs.field(
+        default=None, metadata=_meta("", kcl="consumerName")
+    )
+    #: Fan-out: deregister the stream consumer when this worker stops. Off by default: every
+    #: worker of the application shares the registration, and loses its subscriptions when it
+    #: goes (they register it again).
+    fanout_deregister_on_stop: bool = attrs.field(default=False, metadata=_meta(""))
+    #: Fan-out: how long to wait for a new stream consumer to become ACTIVE.
+    fanout_activation_timeout: float = attrs.field(
+        default=60.0, validator=_positive, metadata=_meta("s")
+    )
+    #: Fan-out: a subscription older than this is renewed by the worker (the service ends each
+    #: one after 300 s); one the service ended is renewed at once from its continuation.
+    fanout_refresh_after: float = attrs.field(
+        default=285.0, validator=_positive, metadata=_meta("s")
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.max_records > 10000:
@@ -339,6 +379,10 @@ class ConsumerConfig:
                 "must exceed the registry report period (the renewer interval, "
                 f"{self.renewer_interval:g}s) + 1s, because entries carry whole seconds",
             )
+        if self.fanout_refresh_after >= 300:
+            raise ConfigError("fanout_refresh_after", "must be below the service's 300 s")
+        if self.fanout_consumer_name is not None and not self.fanout_consumer_name.strip():
+            raise ConfigError("fanout_consumer_name", "must not be empty")
 
     @property
     def effective_worker_timeout(self) -> float:

@@ -20,7 +20,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -39,6 +39,9 @@ from kclasync._runtime.shard_sync import StreamList
 from kclasync._runtime.worker import Worker, WorkerSpec, shard_sync_for
 from kclasync.errors import ConfigError
 from kclasync.logging import log_context
+
+if TYPE_CHECKING:
+    from kclasync._adapters.fanout import FanOutClient
 
 log = logging.getLogger("kclasync._consumer")
 
@@ -143,6 +146,8 @@ class Consumer:
         self._labels = (application_name, self.worker_id)
         self._store = lease_store
         self._stream_client = stream_client
+        #: Enhanced fan-out over the Kinesis client made in ``run()`` (retrieval="fanout").
+        self._fanout_client: FanOutClient | None = None
         if lease_taker is None:
             lease_taker = (
                 Kcl2LeaseTaker()
@@ -286,12 +291,14 @@ class Consumer:
                     else MemoryWorkerMetrics()
                 )
             if self._stream_client is None:
+                from kclasync._adapters.fanout import FanOutClient
                 from kclasync._adapters.kinesis import KinesisStreamClient
 
                 kin = await stack.enter_async_context(
                     self._client_options.create_client("kinesis", session)
                 )
                 self._stream_client = KinesisStreamClient(kin)
+                self._fanout_client = FanOutClient(kin)
             self._worker = Worker(
                 self._spec,
                 store=self._store,
@@ -303,6 +310,7 @@ class Consumer:
                 wall_clock=wall_clock,
                 legacy_cleanup=legacy_cleanup,
                 cpu_reader=cpu_reader,
+                fanout=self._fanout_client,
             )
             await self._worker.run()
 

@@ -55,7 +55,7 @@ class ConsumerMetrics:
         )
         self.millis_behind = Gauge(
             "kclasync_millis_behind_latest",
-            "How far the last GetRecords call was behind the tip of the shard",
+            "How far the last GetRecords call or fan-out event was behind the tip of the shard",
             _S,
             registry=r,
         )
@@ -82,6 +82,18 @@ class ConsumerMetrics:
         )
         self.throttles = Counter(
             "kclasync_throttled_total", "Throttling errors from AWS", (*_W, "service"), registry=r
+        )
+        self.fanout_subscriptions = Counter(
+            "kclasync_fanout_subscriptions_total",
+            "SubscribeToShard calls (enhanced fan-out)",
+            _S,
+            registry=r,
+        )
+        self.fanout_resubscriptions = Counter(
+            "kclasync_fanout_resubscriptions_total",
+            "Fan-out subscriptions renewed, by why the previous one ended",
+            (*_S, "reason"),
+            registry=r,
         )
         self.corrupt_leases = Gauge(
             "kclasync_corrupt_leases",

@@ -10,6 +10,7 @@ Must not: decide lease ownership, or read any clock but the event loop's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +30,7 @@ from kclasync._core.position import Checkpoint, InitialPositionKind, Sentinel
 from kclasync._processor import RecordProcessor, ShardInfo
 from kclasync._records import Record
 from kclasync._runtime.checkpointer import ShardCheckpointer
+from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.shard_cursor import ShardCursor
@@ -93,6 +95,7 @@ class ShardConsumer:
         labels: tuple[str, str],
         on_shard_end: Callable[[HeldLease, tuple[ChildShard, ...]], Awaitable[None]],
         wait_for_parents: Callable[[HeldLease], Awaitable[None]],
+        fanout: FanOutConsumers | None = None,
     ) -> None:
         self.held = held
         self.stream = stream
@@ -107,6 +110,8 @@ class ShardConsumer:
         self._labels2 = labels
         self._on_shard_end = on_shard_end
         self._wait_for_parents = wait_for_parents
+        #: Set: the shard is read with enhanced fan-out instead of GetRecords.
+        self._fanout = fanout
         self._queue: asyncio.Queue[_Batch | _End] = asyncio.Queue(config.max_queued_batches)
         self._shutdown = asyncio.Event()
         self.checkpointer = ShardCheckpointer(
@@ -275,6 +280,8 @@ class ShardConsumer:
         return out
 
     async def _fetch(self, position: StartingPosition) -> None:
+        if self._fanout is not None:
+            return await self._fetch_fanout(self._fanout, position)
         cfg = self.config
         cursor = ShardCursor(
             self.client,
@@ -304,3 +311,30 @@ class ShardConsumer:
             await asyncio.sleep(
                 cfg.idle_time_between_reads if caught_up else cfg.min_time_between_reads
             )
+
+    async def _fetch_fanout(self, fanout: FanOutConsumers, position: StartingPosition) -> None:
+        """Fan-out: the next event is read only after the last one is in the queue, so a full
+        queue holds the subscription back (see docs/fanout.md)."""
+        m, labels = self.metrics, self._labels
+        cursor = await fanout.cursor(
+            self.stream,
+            self.shard_id,
+            position,
+            on_subscribe=m.fanout_subscriptions.labels(*labels).inc,
+            on_resubscribe=lambda reason: m.fanout_resubscriptions.labels(*labels, reason).inc(),
+            on_throttle=m.throttles.labels(*self._labels2, "kinesis").inc,
+        )
+        try:
+            async with contextlib.aclosing(cursor.events()) as events:
+                async for event in events:
+                    if event.millis_behind_latest is not None:
+                        m.millis_behind.labels(*labels).set(event.millis_behind_latest)
+                    records = self._expand(event.records)
+                    if records:
+                        await self._queue.put(_Batch(records, event.millis_behind_latest))
+                    if event.shard_ended:
+                        await self._queue.put(_End(event.child_shards))
+                        return
+        except ShardNotFoundError:
+            log.warning("shard %s no longer exists; treating it as ended", self.shard_id)
+            await self._queue.put(_End(()))

@@ -21,6 +21,7 @@ from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.shard_lineage import child_leases_for_finished_parent, parents_finished
 from kclasync._processor import ProcessorFactory, RecordProcessor
+from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.shard_consumer import ShardConsumer, ShardOutcome
@@ -60,6 +61,7 @@ class ShardSupervisor:
         stream_of: Callable[[str], str | None],
         on_children_created: Callable[[], None],
         on_failure: Callable[[BaseException], None],
+        fanout: FanOutConsumers | None = None,
     ) -> None:
         self.config = config
         self.coordinator = coordinator
@@ -71,6 +73,7 @@ class ShardSupervisor:
         self._stream_of = stream_of
         self._on_children_created = on_children_created
         self._on_failure = on_failure
+        self._fanout = fanout
         self._group: asyncio.TaskGroup | None = None
         self._runs: dict[str, _ShardRun] = {}
         self._releases: set[asyncio.Task[bool]] = set()
@@ -120,6 +123,7 @@ class ShardSupervisor:
             labels=self._labels,
             on_shard_end=self._shard_ended,
             wait_for_parents=self._wait_for_parents,
+            fanout=self._fanout,
         )
         run = _ShardRun(held=held, shard=shard, processor=processor)
         self._runs[held.key] = run

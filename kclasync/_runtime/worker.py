@@ -19,19 +19,22 @@ from typing import Any
 import attrs
 
 from kclasync._adapters.cpu_metrics import CpuReader
+from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.protocols import (
     CoordinatorStateStore,
     LeaseStore,
     StreamClient,
 )
 from kclasync._adapters.worker_registry import WorkerRegistry
-from kclasync._config import ConsumerConfig, LeaseTakerKind
+from kclasync._config import ConsumerConfig, LeaseTakerKind, RetrievalMode
 from kclasync._core.client_version import java_fleet_follows_leader
 from kclasync._core.expiry import ExpiryTracker
+from kclasync._core.fanout_session import ResubscribePolicy
 from kclasync._core.lease_taker import LeaseTaker
 from kclasync._core.retry_policy import policy_table
 from kclasync._processor import ProcessorFactory
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment, assignment_tasks
+from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
@@ -45,7 +48,7 @@ from kclasync._runtime.retrying import (
 )
 from kclasync._runtime.shard_supervisor import ShardSupervisor
 from kclasync._runtime.shard_sync import ShardSync, StreamList
-from kclasync.errors import AdapterError
+from kclasync.errors import AdapterError, ConfigError
 
 log = logging.getLogger("kclasync._consumer")
 
@@ -127,6 +130,25 @@ def retrier_for(spec: WorkerSpec) -> Retrier:
     return Retrier(policies, spec.rng)
 
 
+def fanout_consumers_for(spec: WorkerSpec, client: FanOutClient | None) -> FanOutConsumers | None:
+    """The worker's stream consumers when it reads with enhanced fan-out (else None)."""
+    cfg = spec.config
+    if cfg.retrieval is not RetrievalMode.FANOUT:
+        return None
+    if client is None:
+        raise ConfigError(
+            "retrieval", "fan-out needs the Kinesis client kclasync creates (no stream_client=)"
+        )
+    return FanOutConsumers(
+        client,
+        cfg.fanout_consumer_name or spec.application,
+        policy=ResubscribePolicy(refresh_after=cfg.fanout_refresh_after),
+        rng=spec.rng,
+        activation_timeout=cfg.fanout_activation_timeout,
+        deregister_on_stop=cfg.fanout_deregister_on_stop,
+    )
+
+
 class _NotListening:
     """The coordinator's listener until the supervisor is attached (nothing is held yet)."""
 
@@ -154,6 +176,7 @@ class Worker:
         wall_clock: Callable[[], float],
         legacy_cleanup: Callable[[], Awaitable[list[str]]] | None = None,
         cpu_reader: CpuReader | None = None,
+        fanout: FanOutClient | None = None,
     ) -> None:
         cfg = spec.config
         self.spec = spec
@@ -214,6 +237,8 @@ class Worker:
             stream_client=stream_client,
             clock=self.coordinator.now,
         )
+        #: The stream consumers shards are read through (retrieval="fanout"), else None.
+        self.fanout = fanout_consumers_for(spec, fanout)
         self.supervisor = ShardSupervisor(
             config=cfg,
             coordinator=self.coordinator,
@@ -225,6 +250,7 @@ class Worker:
             stream_of=self.shard_sync.stream_of,
             on_children_created=self._taker_wake.set,
             on_failure=self.fail,
+            fanout=self.fanout,
         )
         self.coordinator.listener = self.supervisor
         #: Leader-based modes (``kcl3``, ``load``): the leader's loop and this worker's discovery.
@@ -366,6 +392,8 @@ class Worker:
         await asyncio.gather(*duties, return_exceptions=True)
         await self.elector.release()  # another worker leads at once
         await self.supervisor.drain()  # renewals go on meanwhile
+        if self.fanout is not None:
+            await self.fanout.close()  # deregisters, if configured to
         renewer.cancel()
         await asyncio.gather(renewer, return_exceptions=True)
         await self.coordinator.presence.leave()

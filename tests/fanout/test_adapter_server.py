@@ -1,0 +1,394 @@
+"""The fan-out adapter and cursor against a local server speaking the service's event-stream
+framing (initial-response, SubscribeToShardEvent, ChildShards at shard end, injected faults)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+from kclasync._adapters.fanout import (
+    ConsumerNotFoundError,
+    FanOutClient,
+    SubscriptionDroppedError,
+    SubscriptionEvent,
+    SubscriptionInUseError,
+)
+from kclasync._adapters.protocols import (
+    IteratorType,
+    ShardNotFoundError,
+    StartingPosition,
+)
+from kclasync._core.fanout_session import ResubscribePolicy
+from kclasync._runtime.fanout_cursor import FanOutCursor
+from kclasync._runtime.fanout_streams import FanOutConsumers
+from kclasync.errors import ThrottledError, TransientError
+from kclasync.testing.eventstream import FanOutServer, Fault
+
+SHARD = "shardId-000000000000"
+TRIM = StartingPosition(IteratorType.TRIM_HORIZON)
+FAST = ResubscribePolicy(base_backoff=0.01, max_backoff=0.05, in_use_backoff=0.02)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FanOutServer]:
+    srv = FanOutServer(heartbeat=0.05, lifetime=2.0)
+    await srv.start()
+    yield srv
+    await srv.stop()
+
+
+SESSION = get_session()  # one session: the service model is loaded once
+
+
+@pytest.fixture
+async def fanout(server: FanOutServer) -> AsyncIterator[FanOutClient]:
+    config = AioConfig(retries={"total_max_attempts": 1}, read_timeout=5, connect_timeout=2)
+    async with SESSION.create_client(
+        "kinesis",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="a",
+        aws_secret_access_key="b",
+        config=config,
+    ) as client:
+        yield FanOutClient(client)
+
+
+async def put(server: FanOutServer, n: int, shard: str = SHARD) -> list[str]:
+    return [await server.put(shard, f"r{i}".encode()) for i in range(n)]
+
+
+async def consumer_arn(fanout: FanOutClient, server: FanOutServer) -> str:
+    return (await fanout.ensure_consumer(server.stream, "app", poll_interval=0.01)).arn
+
+
+async def first_events(
+    fanout: FanOutClient, arn: str, position: StartingPosition, count: int
+) -> list[SubscriptionEvent]:
+    out = []
+    async with fanout.subscribe(arn, "fanout-stream", SHARD, position) as sub:
+        async for event in sub:
+            out.append(event)
+            if len(out) == count:
+                break
+    return out
+
+
+async def test_register_waits_until_active_and_reuses_the_existing_consumer(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    first = await fanout.ensure_consumer(server.stream, "app", poll_interval=0.01)
+    assert first.status == "ACTIVE"
+    assert fanout.calls["register_stream_consumer"] == 1
+    again = await fanout.ensure_consumer(server.stream, "app", poll_interval=0.01)
+    assert again.arn == first.arn
+    assert fanout.calls["register_stream_consumer"] == 1  # reused, not registered twice
+    assert await fanout.deregister_consumer(first.arn)
+    assert not await fanout.deregister_consumer(first.arn)
+    assert "app" not in server.consumers
+
+
+async def test_records_continuation_and_millis_behind(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    seqs = await put(server, 5)
+    arn = await consumer_arn(fanout, server)
+    (event,) = await first_events(fanout, arn, TRIM, 1)
+    assert [r.sequence_number for r in event.records] == seqs
+    assert [r.data for r in event.records] == [f"r{i}".encode() for i in range(5)]
+    assert {(r.shard_id, r.stream, r.partition_key) for r in event.records} == {
+        (SHARD, "fanout-stream", "pk")
+    }
+    arrival = event.records[0].approximate_arrival
+    assert arrival is not None and arrival.tzinfo is UTC
+    assert event.continuation_sequence == seqs[-1]
+    assert event.millis_behind_latest == 0
+    assert not event.shard_ended
+
+
+@pytest.mark.parametrize(
+    ("position", "expected"),
+    [
+        ("AT_SEQUENCE_NUMBER", slice(2, None)),
+        ("AFTER_SEQUENCE_NUMBER", slice(3, None)),
+        ("LATEST", slice(5, None)),
+        ("AT_TIMESTAMP", slice(0, None)),
+    ],
+)
+async def test_starting_positions(
+    server: FanOutServer, fanout: FanOutClient, position: str, expected: slice
+) -> None:
+    seqs = await put(server, 5)
+    arn = await consumer_arn(fanout, server)
+    kind = IteratorType(position)
+    if kind in (IteratorType.AT_SEQUENCE_NUMBER, IteratorType.AFTER_SEQUENCE_NUMBER):
+        start = StartingPosition(kind, seqs[2])
+    elif kind is IteratorType.AT_TIMESTAMP:
+        start = StartingPosition(kind, timestamp=datetime(2020, 1, 1, tzinfo=UTC))
+    else:
+        start = StartingPosition(kind)
+    (event,) = await first_events(fanout, arn, start, 1)
+    assert [r.sequence_number for r in event.records] == seqs[expected]
+    assert server.calls[-1].position["Type"] == position
+
+
+async def test_shard_end_brings_child_shards(server: FanOutServer, fanout: FanOutClient) -> None:
+    seqs = await put(server, 3)
+    children = await server.split(SHARD)
+    arn = await consumer_arn(fanout, server)
+    events = []
+    async with fanout.subscribe(arn, "fanout-stream", SHARD, TRIM) as sub:
+        async for event in sub:
+            events.append(event)
+    assert [r.sequence_number for e in events for r in e.records] == seqs
+    assert events[-1].shard_ended
+    assert [c.shard_id for c in events[-1].child_shards] == list(children)
+    assert all(c.parent_shard_ids == (SHARD,) for c in events[-1].child_shards)
+
+
+async def test_a_subscription_ends_cleanly_after_its_lifetime(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    server.lifetime = 0.3
+    arn = await consumer_arn(fanout, server)
+    async with fanout.subscribe(arn, "fanout-stream", SHARD, TRIM) as sub:
+        events = [e async for e in sub]
+    assert sub.completed
+    assert events and not events[-1].shard_ended
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        (Fault(error="ResourceInUseException"), SubscriptionInUseError),
+        (Fault(error="LimitExceededException"), ThrottledError),
+        (Fault(exception_after=1, exception_code="ResourceInUseException"), SubscriptionInUseError),
+        (Fault(exception_after=1), TransientError),
+        (Fault(drop_after=1), SubscriptionDroppedError),
+        (Fault(corrupt_after=1), SubscriptionDroppedError),
+    ],
+)
+async def test_errors_are_mapped(
+    server: FanOutServer, fanout: FanOutClient, fault: Fault, error: type[Exception]
+) -> None:
+    await put(server, 2)
+    arn = await consumer_arn(fanout, server)
+    server.fault(fault)
+    got: list[SubscriptionEvent] = []
+    with pytest.raises(error):
+        async with fanout.subscribe(arn, "fanout-stream", SHARD, TRIM) as sub:
+            async for event in sub:
+                got.append(event)
+    # Mid-stream faults come after the first event, which arrived intact.
+    assert len(got) == (1 if fault.error is None else 0)
+
+
+async def test_not_found_tells_the_shard_from_the_consumer(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    arn = await consumer_arn(fanout, server)
+    with pytest.raises(ShardNotFoundError):
+        async with fanout.subscribe(arn, "fanout-stream", "shardId-000000000099", TRIM):
+            pass
+    await fanout.deregister_consumer(arn)
+    with pytest.raises(ConsumerNotFoundError):
+        async with fanout.subscribe(arn, "fanout-stream", SHARD, TRIM):
+            pass
+
+
+async def read_all(cursor: FanOutCursor) -> list[str]:
+    seqs = []
+    async for event in cursor.events():
+        seqs.extend(r.sequence_number for r in event.records)
+        if event.shard_ended:
+            break
+    return seqs
+
+
+def cursor(fanout: FanOutClient, arn: str, **kwargs: Any) -> FanOutCursor:
+    return FanOutCursor(
+        fanout, arn, "fanout-stream", SHARD, TRIM, policy=FAST, rng=random.Random(3), **kwargs
+    )
+
+
+async def test_cursor_resubscribes_through_every_fault_without_loss_or_duplicates(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    server.batch = 4  # several events per subscription
+    seqs = await put(server, 30)
+    await server.split(SHARD)
+    arn = await consumer_arn(fanout, server)
+    for fault in (
+        Fault(error="ResourceInUseException"),
+        Fault(drop_after=2),
+        Fault(exception_after=1, exception_code="InternalFailureException"),
+        Fault(error="LimitExceededException"),
+        Fault(corrupt_after=1),
+        Fault(exception_after=2, exception_code="ResourceInUseException"),
+    ):
+        server.fault(fault)
+    reasons: list[str] = []
+    throttles: list[int] = []
+    c = cursor(fanout, arn, on_resubscribe=reasons.append, on_throttle=lambda: throttles.append(1))
+    assert await read_all(c) == seqs
+    assert c.subscriptions == 7
+    assert reasons == ["in_use", "dropped", "dropped", "throttled", "dropped", "in_use"]
+    assert len(throttles) == 1
+    # Each resubscription started right after what had been handed on.
+    positions = [call.position for call in server.calls]
+    assert positions[0] == {"Type": "TRIM_HORIZON"}
+    assert positions[1] == {"Type": "TRIM_HORIZON"}  # nothing handed on yet
+    assert positions[2]["Type"] == "AFTER_SEQUENCE_NUMBER"
+    assert positions[2]["SequenceNumber"] == seqs[7]
+
+
+@pytest.mark.parametrize(
+    ("lifetime", "refresh_after", "reason"),
+    [(5.0, 0.15, "refreshed"), (0.15, 280.0, "completed")],
+)
+async def test_cursor_renews_subscriptions_from_the_continuation(
+    server: FanOutServer,
+    fanout: FanOutClient,
+    lifetime: float,
+    refresh_after: float,
+    reason: str,
+) -> None:
+    """Renewed by the reader before the lifetime ends, or after the service ended it."""
+    server.lifetime = lifetime
+    seqs = await put(server, 3)
+    arn = await consumer_arn(fanout, server)
+    reasons: list[str] = []
+    policy = ResubscribePolicy(base_backoff=0.01, max_backoff=0.05, refresh_after=refresh_after)
+    c = FanOutCursor(
+        fanout, arn, "fanout-stream", SHARD, TRIM, policy=policy, on_resubscribe=reasons.append
+    )
+    got: list[str] = []
+    async for event in c.events():
+        got.extend(r.sequence_number for r in event.records)
+        if len(reasons) == 2 and len(seqs) == 3:
+            seqs += await put(server, 3)  # written two renewals later
+        if len(got) >= 6:
+            break
+    assert got == seqs
+    # The old subscription may still count as active for a moment (ResourceInUse), as it does
+    # on the service: the cursor then waits and subscribes again.
+    assert reason in reasons
+    assert set(reasons) <= {reason, "in_use"}
+    assert all(call.position["Type"] == "AFTER_SEQUENCE_NUMBER" for call in server.calls[1:])
+    assert server.calls[1].position["SequenceNumber"] == seqs[2]
+
+
+async def test_cursor_registers_the_consumer_again_when_it_is_gone(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    seqs = await put(server, 3)
+    await server.split(SHARD)
+    arn = await consumer_arn(fanout, server)
+    await fanout.deregister_consumer(arn)
+
+    async def reregister() -> str:
+        return await consumer_arn(fanout, server)
+
+    assert await read_all(cursor(fanout, arn, reregister=reregister)) == seqs
+    assert await fanout.deregister_consumer(arn)
+    with pytest.raises(ConsumerNotFoundError):
+        await read_all(cursor(fanout, arn))  # without a way to register again: raised
+
+
+async def test_cursor_gives_up_when_the_shard_is_gone(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    arn = await consumer_arn(fanout, server)
+    c = FanOutCursor(fanout, arn, "fanout-stream", "shardId-000000000099", TRIM, policy=FAST)
+    with pytest.raises(ShardNotFoundError):
+        await read_all(c)
+    assert c.subscriptions == 1
+
+
+async def test_cursor_gives_up_after_max_failures(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    arn = await consumer_arn(fanout, server)
+    for _ in range(3):
+        server.fault(Fault(error="ResourceInUseException"))
+    policy = ResubscribePolicy(
+        base_backoff=0.01, max_backoff=0.02, in_use_backoff=0.01, max_failures=3
+    )
+    c = FanOutCursor(fanout, arn, "fanout-stream", SHARD, TRIM, policy=policy)
+    with pytest.raises(SubscriptionInUseError):
+        await read_all(c)
+    assert c.subscriptions == 3
+
+
+async def test_one_registration_per_stream_and_deregistration_on_stop(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    consumers = FanOutConsumers(fanout, "app", poll_interval=0.01, deregister_on_stop=True)
+    arns = await asyncio.gather(*(consumers.consumer_arn(server.stream) for _ in range(8)))
+    assert len(set(arns)) == 1
+    assert fanout.calls["register_stream_consumer"] == 1
+    seqs = await put(server, 2)
+    await server.split(SHARD)
+    c = await consumers.cursor(server.stream, SHARD, TRIM)
+    assert await read_all(c) == seqs
+    await consumers.close()
+    assert server.consumers == {}
+
+
+async def test_consumers_are_kept_on_stop_by_default(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    consumers = FanOutConsumers(fanout, "app", poll_interval=0.01)
+    await consumers.consumer_arn(server.stream)
+    await consumers.close()
+    assert server.consumers == {"app": "ACTIVE"}
+
+
+async def test_the_stream_is_read_only_as_fast_as_the_queue_drains(
+    server: FanOutServer, fanout: FanOutClient
+) -> None:
+    """40 events of ~1 MB: with the reader stalled behind a full queue of 3, the server can only
+    send what the queue, the one event in hand and the socket buffers hold."""
+    server.batch = 10
+    server.lifetime = 120.0  # one subscription throughout, however slow the machine
+    big = b"x" * 100_000
+    for _ in range(400):
+        await server.put(SHARD, big)
+    arn = await consumer_arn(fanout, server)
+    queue: asyncio.Queue[SubscriptionEvent] = asyncio.Queue(3)
+
+    async def fetch() -> None:
+        async for event in cursor(fanout, arn).events():
+            await queue.put(event)
+
+    task = asyncio.create_task(fetch())
+    try:
+        await wait_for(lambda: queue.full(), 10)
+        sent = -1
+        while sent != server.calls[-1].events:  # until the server is blocked
+            sent = server.calls[-1].events
+            await asyncio.sleep(0.3)
+        assert 4 <= sent <= 20, sent  # far from all 40
+        records = 0
+        while records < 400:
+            records += len((await asyncio.wait_for(queue.get(), 10)).records)
+        assert records == 400
+        assert len(server.calls) == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def wait_for(predicate: Any, timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
