@@ -340,12 +340,14 @@ class ConsumerConfig:
     #: Fan-out: the stream consumer's name, registered (or reused) on each stream; None means
     #: the application name (as the KCL does).
     fanout_consumer_name: str | None = attrs.field(
-        default=None, metadata=_meta("", kcl="consumerName")
+        default=None, validator=_optional_name, metadata=_meta("", kcl="consumerName")
     )
     #: Fan-out: deregister the stream consumer when this worker stops. Off by default: every
     #: worker of the application shares the registration, and loses its subscriptions when it
     #: goes (they register it again).
-    fanout_deregister_on_stop: bool = attrs.field(default=False, metadata=_meta(""))
+    fanout_deregister_on_stop: bool = attrs.field(
+        default=False, validator=_flag, metadata=_meta("")
+    )
     #: Fan-out: how long to wait for a new stream consumer to become ACTIVE.
     fanout_activation_timeout: float = attrs.field(
         default=60.0, validator=_positive, metadata=_meta("s")
@@ -381,8 +383,6 @@ class ConsumerConfig:
             )
         if self.fanout_refresh_after >= 300:
             raise ConfigError("fanout_refresh_after", "must be below the service's 300 s")
-        if self.fanout_consumer_name is not None and not self.fanout_consumer_name.strip():
-            raise ConfigError("fanout_consumer_name", "must not be empty")
 
     @property
     def effective_worker_timeout(self) -> float:
