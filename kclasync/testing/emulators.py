@@ -186,6 +186,8 @@ def kinesis_local(
         "UPDATE_SHARD_COUNT_DURATION",
     ):
         env[name] = durations
+    # The default allows 50 open shards in all; a test session creates many small streams.
+    env.setdefault("SHARD_LIMIT", "10000")
     proc = subprocess.Popen(
         [node, path],
         env=env,
