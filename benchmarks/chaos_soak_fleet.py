@@ -1,15 +1,15 @@
 """The worker processes of the chaos soak (``benchmarks/chaos_soak.py``): starting, signalling and
-sampling them, reading what they processed, and the worker process itself.
+sampling them, and reading what they processed.
 
-``python -m benchmarks.chaos_soak_fleet --endpoint-url URL [--kinesis-endpoint-url URL] --stream S
---worker-id ID --out FILE`` consumes the stream with a plain handler that appends
-``<record id> <shard> <sequence> <worker id>`` per record to FILE (one ``write`` per batch, before
-the batch is checkpointed, so a SIGKILL leaves whole lines). SIGTERM stops it gracefully.
+Each worker is ``python -m kclasync._simulation.chaos_worker`` (the chaos test's worker), which
+appends ``<record id> <shard> <sequence> <worker id>`` per record to its file before the batch is
+checkpointed, so a SIGKILL leaves whole lines; SIGTERM stops it gracefully. With
+``--log-warnings`` its lost-lease lines go to stderr, which the soak reads to attribute
+duplicates.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -19,11 +19,9 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
-import orjson
 
 from kclasync.testing.emulators import LocalAws
 
@@ -117,7 +115,8 @@ class Fleet:
         cmd = [
             sys.executable,
             "-m",
-            "benchmarks.chaos_soak_fleet",
+            "kclasync._simulation.chaos_worker",
+            "--log-warnings",
             "--endpoint-url",
             self.aws.endpoint_url,
             "--stream",
@@ -216,70 +215,3 @@ class Fleet:
             if not await self._wait_exit(w, 20):
                 w.proc.kill()
                 w.proc.wait()
-
-
-async def _worker(args: argparse.Namespace) -> None:
-    import logging
-
-    from kclasync import Consumer, ConsumerConfig
-
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    from kclasync._records import Record
-
-    fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    me = args.worker_id.encode()
-
-    async def handle(records: Sequence[Record]) -> None:
-        os.write(
-            fd,
-            b"".join(
-                b"%d %s %s %s\n"
-                % (
-                    int(orjson.loads(r.data)["id"]),
-                    r.shard_id.encode(),
-                    r.sequence_number.encode(),
-                    me,
-                )
-                for r in records
-            ),
-        )
-
-    consumer = Consumer(
-        stream_name=args.stream,
-        application_name=args.stream,
-        processor=handle,
-        config=ConsumerConfig(
-            failover_time=args.failover,
-            initial_position="TRIM_HORIZON",
-            idle_time_between_reads=0.2,
-            min_time_between_reads=0.0,
-            shard_sync_interval=5.0,
-            parent_shard_poll_interval=0.5,
-            shutdown_timeout=10.0,
-            worker_id=args.worker_id,
-        ),
-        client_options=LocalAws(args.endpoint_url, args.kinesis_endpoint_url).client_options(),
-    )
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(consumer.stop()))
-    try:
-        await consumer.run()
-    finally:
-        os.close(fd)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--endpoint-url", required=True)
-    p.add_argument("--kinesis-endpoint-url")
-    p.add_argument("--stream", required=True)
-    p.add_argument("--worker-id", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--failover", type=float, default=2.0)
-    asyncio.run(_worker(p.parse_args(argv)))
-
-
-if __name__ == "__main__":
-    main()

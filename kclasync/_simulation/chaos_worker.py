@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 from collections.abc import Sequence
@@ -25,6 +26,11 @@ from kclasync.testing.emulators import LocalAws
 
 
 async def _main(args: argparse.Namespace) -> None:
+    if args.log_warnings:
+        # On stderr, for whoever started this process to attribute duplicates (lost leases).
+        logging.basicConfig(
+            level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     async def handle(records: Sequence[Record]) -> None:
@@ -54,7 +60,7 @@ async def _main(args: argparse.Namespace) -> None:
             shutdown_timeout=10.0,
             worker_id=args.worker_id,
         ),
-        client_options=LocalAws(args.endpoint_url).client_options(),
+        client_options=LocalAws(args.endpoint_url, args.kinesis_endpoint_url).client_options(),
     )
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(consumer.stop()))
@@ -67,10 +73,12 @@ async def _main(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--endpoint-url", required=True)
+    p.add_argument("--kinesis-endpoint-url", help="Kinesis elsewhere (e.g. kinesis-local)")
     p.add_argument("--stream", required=True)
     p.add_argument("--worker-id", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--failover", type=float, default=2.0)
+    p.add_argument("--log-warnings", action="store_true", help="log warnings to stderr")
     asyncio.run(_main(p.parse_args(argv)))
 
 
