@@ -14,6 +14,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any
 
 import attrs
@@ -272,10 +273,13 @@ class Worker:
         self.failure = self.failure or exc
         self._stop_requested.set()
 
-    async def _watched(self, loop: Coroutine[Any, Any, None]) -> None:
-        """A loop of the task tree: if it ends or fails, the worker stops gracefully."""
+    async def _watched(self, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """A loop of the task tree: if it ends or fails, the worker stops gracefully.
+
+        Takes the loop's factory, not its coroutine: a task cancelled before its first step
+        (a stop right after start) then leaves no coroutine that was never awaited."""
         try:
-            await loop
+            await loop()
         except Exception as exc:
             self.fail(exc)
         else:
@@ -294,9 +298,7 @@ class Worker:
         async with asyncio.TaskGroup() as pipelines:
             self.supervisor.attach(pipelines)
             async with asyncio.TaskGroup() as loops:
-                renewer = loops.create_task(
-                    self._watched(coordinator.renewer_loop()), name="renewer"
-                )
+                renewer = loops.create_task(self._watched(coordinator.renewer_loop), name="renewer")
                 # Long enough for workers started together to see each other.
                 first_delay = (
                     min(cfg.renewer_interval, 1.0)
@@ -305,19 +307,21 @@ class Worker:
                 )
                 if self.assignment is not None and self.discovery is not None:
                     taking = [
-                        loops.create_task(self._watched(self.assignment.run()), name="assignment"),
+                        loops.create_task(self._watched(self.assignment.run), name="assignment"),
                         loops.create_task(
-                            self._watched(self.discovery.run(self._taker_wake)),
+                            self._watched(partial(self.discovery.run, self._taker_wake)),
                             name="assignment-discovery",
                         ),
                     ]
                 else:
-                    taker = coordinator.taking.loop(self._taker_wake, first_delay=first_delay)
+                    taker = partial(
+                        coordinator.taking.loop, self._taker_wake, first_delay=first_delay
+                    )
                     taking = [loops.create_task(self._watched(taker), name="taker")]
                 duties = [
                     *taking,
-                    loops.create_task(self._watched(self.elector.run()), name="leader-lock"),
-                    loops.create_task(self._watched(self.duties.run()), name="leader-duties"),
+                    loops.create_task(self._watched(self.elector.run), name="leader-lock"),
+                    loops.create_task(self._watched(self.duties.run), name="leader-duties"),
                 ]
                 self._started.set()
                 log.info(
