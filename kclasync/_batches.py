@@ -217,6 +217,8 @@ class BatchFeed:
         #: The error that stopped the consumer was raised from the iteration already.
         self.failure_raised = False
         self.iterating = False
+        #: The batch the loop is working on (yielded, not finished yet).
+        self.current: ShardBatch | None = None
 
     def new_processor(self) -> RecordProcessor:
         return _ShardFeed(self)
@@ -234,17 +236,20 @@ class BatchFeed:
         batch._yielded = True
         return True
 
-    def close(self) -> None:
+    def close(self, *, finish_current: bool = True) -> None:
         """No more batches are yielded: every pipeline stops after its batch in flight, and the
         batches not yielded yet are withdrawn (not checkpointed: the next owner reads them).
-        A yielded batch finishes when the loop moves on or ends."""
-        if self.closed:
-            return
-        self.closed = True
-        for shard in list(self.shards):
-            shard.stop_pipeline()
-        while not self.queue.empty():
-            self.queue.get_nowait()._finish()
+        The batch in the loop finishes now, or (``finish_current=False``: a ``stop()`` while
+        the loop runs) when the loop moves on."""
+        if not self.closed:
+            self.closed = True
+            for shard in list(self.shards):
+                shard.stop_pipeline()
+            while not self.queue.empty():
+                self.queue.get_nowait()._finish()
+        if finish_current and self.current is not None:
+            self.current._finish()
+            self.current = None
 
 
 class BatchIterator:
@@ -332,20 +337,17 @@ async def _iterate(consumer: Consumer, feed: BatchFeed) -> AsyncIterator[ShardBa
         consumer._background = asyncio.create_task(
             consumer.run(), name=f"consumer {consumer.worker_id}"
         )
-    current: ShardBatch | None = None
     try:
         while True:
-            if current is not None:
-                current._finish()  # the loop asked for more: the shard may go on
-                current = None
-            current = await _next(consumer, feed)
-            if current is None:
+            if feed.current is not None:
+                feed.current._finish()  # the loop asked for more: the shard may go on
+                feed.current = None
+            feed.current = await _next(consumer, feed)
+            if feed.current is None:
                 break
-            yield current
+            yield feed.current
     finally:
         feed.close()
-        if current is not None:
-            current._finish()
         await consumer.stop()
     failure = _failure(consumer)
     if failure is not None and not feed.failure_raised:

@@ -251,7 +251,8 @@ class Consumer:
         may checkpoint, then the leases are released so other workers take them at once."""
         self._stop_requested.set()
         if self._feed is not None:
-            self._feed.close()  # batches not yielded yet are withdrawn, not left waiting
+            # Batches not yielded yet are withdrawn; the one in the loop finishes as it moves on.
+            self._feed.close(finish_current=False)
         if self._background is not None and not self._background.done():
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._background)

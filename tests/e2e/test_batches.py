@@ -1,0 +1,233 @@
+"""``async for batch in consumer.batches()`` on moto: per-shard order, commits in the lease
+table, resuming, lease loss, leaving the loop, errors, buffered commits and backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kclasync import Consumer, LeaseLostError, ShardBatch, StreamNotFoundError
+from kclasync._adapters.kinesis import KinesisStreamClient
+from kclasync._core.position import TRIM_HORIZON
+from kclasync.testing.emulators import LocalAws
+from tests.support import Aws, aws_for, fast_config, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+
+def ids_of(batch: ShardBatch) -> list[int]:
+    return [int(orjson.loads(r.data)["id"]) for r in batch]
+
+
+async def checkpoints(aws: Aws) -> dict[str, str]:
+    return {lease.key: lease.checkpoint.value for lease in (await aws.store.list_leases()).leases}
+
+
+async def owners(aws: Aws) -> list[str | None]:
+    return [lease.owner for lease in (await aws.store.list_leases()).leases]
+
+
+async def test_batches_keep_shard_order_and_break_releases_the_leases(
+    moto: LocalAws, unique_name: str
+) -> None:
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(2)
+        ids = set(await aws.produce(400))
+        consumer = aws.consumer(None, max_records=25)
+        seen: dict[str, list[tuple[int, int]]] = {}
+        order: list[str] = []
+        got: set[int] = set()
+        async for batch in consumer.batches():
+            assert not batch.stale
+            positions = [r.position for r in batch]
+            assert positions == sorted(positions)
+            seen.setdefault(batch.shard_id, []).extend(positions)
+            order.append(batch.shard_id)
+            got.update(ids_of(batch))
+            await batch.commit()
+            if got >= ids:
+                break
+        # Leaving the loop stops the consumer; stop() waits for that graceful stop.
+        await consumer.stop()
+        assert got == ids
+        # Each shard's batches came in shard order, and the two shards interleaved.
+        for positions in seen.values():
+            assert positions == sorted(positions) and len(set(positions)) == len(positions)
+        switches = sum(1 for a, b in itertools.pairwise(order) if a != b)
+        assert len(seen) == 2 and switches >= 2, order
+        # The commits are in the table, and the leases were released, not left to expire.
+        assert await checkpoints(aws) == {
+            shard: str(positions[-1][0]) for shard, positions in seen.items()
+        }
+        assert await owners(aws) == [None, None]
+
+
+async def test_commit_at_a_record_and_a_second_consumer_resumes_after_it(
+    moto: LocalAws, unique_name: str
+) -> None:
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(1)
+        ids = await aws.produce(100)
+        first = aws.consumer(None, max_records=10, worker_id="first")
+        got: list[int] = []
+        async with first.batches() as batches:
+            async for batch in batches:
+                got.extend(ids_of(batch))
+                if len(got) >= 30:
+                    middle = batch.records[4]  # the 25th record
+                    await batch.commit(middle)
+                    break
+        (key,) = await checkpoints(aws)
+        assert (await checkpoints(aws))[key] == middle.sequence_number
+        assert await owners(aws) == [None]
+        second = aws.consumer(None, max_records=10, worker_id="second")
+        rest: list[int] = []
+        async with second.batches() as batches:
+            async for batch in batches:
+                rest.extend(ids_of(batch))
+                if len(rest) >= 75:
+                    await batch.commit()
+                    break
+        assert got[:25] + rest == ids
+
+
+async def test_lost_lease_stops_the_shards_batches_and_commit_raises(
+    moto: LocalAws, unique_name: str
+) -> None:
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(1)
+        await aws.produce(50)
+        consumer = aws.consumer(None, max_records=10, failover_time=2.0)
+        async with consumer.batches() as batches:
+            stream = aiter(batches)
+            first = await anext(stream)
+            await first.commit()
+            held = await anext(stream)
+            (key,) = consumer.held_leases
+            lease = await aws.store.get_lease(key)
+            assert lease is not None
+            assert await aws.store.take_lease(lease, "intruder") is not None
+            # The renewer finds out; the batch in hand says it is stale, and its commit is
+            # fenced like a processor's checkpoint.
+            await wait_until(lambda: held.stale, 10, "the held batch to turn stale")
+            with pytest.raises(LeaseLostError):
+                await held.commit()
+            after = await aws.store.get_lease(key)
+            assert after is not None and after.owner == "intruder"
+            assert after.checkpoint.value == first.records[-1].sequence_number
+            # The old pipeline's batches stop: once the intruder's lease expires and is taken
+            # back, reading resumes at the checkpoint (the held batch again), not after it.
+            again = await asyncio.wait_for(anext(stream), 20)
+            assert ids_of(again)[0] == ids_of(held)[0]
+            assert not again.stale
+            await again.commit()
+        assert (await checkpoints(aws))[key] == again.records[-1].sequence_number
+
+
+async def test_an_error_in_the_loop_stops_gracefully_and_the_batch_is_read_again(
+    moto: LocalAws, unique_name: str
+) -> None:
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(2)
+        await aws.produce(200)
+        consumer = aws.consumer(None, max_records=20, worker_id="failing")
+        committed: dict[str, str] = {}
+        done: set[int] = set()
+        failed: list[int] = []
+        with pytest.raises(ValueError, match="bad record"):
+            async with consumer.batches() as batches:
+                async for batch in batches:
+                    if len(committed) == 2:
+                        failed = ids_of(batch)
+                        raise ValueError("bad record")
+                    await batch.commit()
+                    committed[batch.shard_id] = batch.records[-1].sequence_number
+                    done.update(ids_of(batch))
+        # As for a processor that fails: the batch is not checkpointed, the leases are released.
+        assert await checkpoints(aws) == committed
+        assert await owners(aws) == [None, None]
+        again: set[int] = set()
+        retry = aws.consumer(None, max_records=20, worker_id="retry")
+        async with retry.batches() as batches:
+            async for batch in batches:
+                again.update(ids_of(batch))
+                if set(failed) <= again:
+                    break
+        assert not again & done  # committed batches are not read again
+        assert set(failed) <= again
+
+
+async def test_run_errors_surface_from_the_iteration(moto: LocalAws, unique_name: str) -> None:
+    async with aws_for(moto, unique_name) as aws:
+        consumer = aws.consumer(None)  # no such stream
+        with pytest.raises(StreamNotFoundError):
+            async for _batch in consumer.batches():
+                raise AssertionError("no batch can come from a missing stream")
+
+
+async def test_buffered_commits_are_written_when_the_loop_ends(
+    moto: LocalAws, unique_name: str
+) -> None:
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(1)
+        ids = await aws.produce(100)
+        consumer = aws.consumer(None, max_records=10, checkpoint_interval=3600.0)
+        got: list[int] = []
+        async with consumer.batches() as batches:
+            async for batch in batches:
+                got.extend(ids_of(batch))
+                await batch.commit(persist=False)
+                if got == ids:
+                    # Every commit so far stayed in memory.
+                    assert set((await checkpoints(aws)).values()) == {TRIM_HORIZON.value}
+                    last = batch.records[-1].sequence_number
+                    break
+        assert list((await checkpoints(aws)).values()) == [last]
+
+
+class CountingStreamClient:
+    """A real Kinesis client that counts the records GetRecords returned."""
+
+    def __init__(self, client: KinesisStreamClient) -> None:
+        self._client = client
+        self.fetched = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def get_records(self, *args: Any, **kwargs: Any) -> Any:
+        result = await self._client.get_records(*args, **kwargs)
+        self.fetched += len(result.records)
+        return result
+
+
+async def test_a_slow_loop_holds_the_fetcher_back(moto: LocalAws, unique_name: str) -> None:
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(1)
+        ids = await aws.produce(300)
+        counting = CountingStreamClient(aws.stream)
+        consumer = Consumer(
+            stream_name=aws.name,
+            application_name=aws.name,
+            config=fast_config(max_records=10, max_queued_batches=2),
+            client_options=aws.local.client_options(),
+            stream_client=counting,  # type: ignore[arg-type]
+            registry=CollectorRegistry(),
+        )
+        got: list[int] = []
+        async with consumer.batches() as batches:
+            async for batch in batches:
+                if not got:
+                    # The batch in the loop, two queued for the shard, one waiting to be queued.
+                    await wait_until(lambda: counting.fetched >= 40, 10, "the fetcher to fill up")
+                    await asyncio.sleep(0.5)  # a bound: nothing more is fetched meanwhile
+                    assert counting.fetched == 40
+                got.extend(ids_of(batch))
+                if got == ids:
+                    break
+        assert got == ids
