@@ -1,21 +1,19 @@
 """``async for batch in consumer.batches()`` on moto: per-shard order, commits in the lease
-table, resuming, lease loss, leaving the loop, errors, buffered commits and backpressure."""
+table, resuming, lease loss, leaving the loop, errors and buffered commits (backpressure and
+resharding: tests/runtime/test_batches.py, in virtual time)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
 
 import orjson
 import pytest
-from prometheus_client import CollectorRegistry
 
-from kclasync import Consumer, LeaseLostError, ShardBatch, StreamNotFoundError
-from kclasync._adapters.kinesis import KinesisStreamClient
+from kclasync import LeaseLostError, ShardBatch, StreamNotFoundError
 from kclasync._core.position import TRIM_HORIZON
 from kclasync.testing.emulators import LocalAws
-from tests.support import Aws, aws_for, fast_config, wait_until
+from tests.support import Aws, aws_for, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -37,8 +35,8 @@ async def test_batches_keep_shard_order_and_break_releases_the_leases(
 ) -> None:
     async with aws_for(moto, unique_name) as aws:
         await aws.create_stream(2)
-        ids = set(await aws.produce(400))
-        consumer = aws.consumer(None, max_records=25)
+        ids = set(await aws.produce(200))
+        consumer = aws.consumer(None, max_records=20)
         seen: dict[str, list[tuple[int, int]]] = {}
         order: list[str] = []
         got: set[int] = set()
@@ -188,46 +186,3 @@ async def test_buffered_commits_are_written_when_the_loop_ends(
                     last = batch.records[-1].sequence_number
                     break
         assert list((await checkpoints(aws)).values()) == [last]
-
-
-class CountingStreamClient:
-    """A real Kinesis client that counts the records GetRecords returned."""
-
-    def __init__(self, client: KinesisStreamClient) -> None:
-        self._client = client
-        self.fetched = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    async def get_records(self, *args: Any, **kwargs: Any) -> Any:
-        result = await self._client.get_records(*args, **kwargs)
-        self.fetched += len(result.records)
-        return result
-
-
-async def test_a_slow_loop_holds_the_fetcher_back(moto: LocalAws, unique_name: str) -> None:
-    async with aws_for(moto, unique_name) as aws:
-        await aws.create_stream(1)
-        ids = await aws.produce(300)
-        counting = CountingStreamClient(aws.stream)
-        consumer = Consumer(
-            stream_name=aws.name,
-            application_name=aws.name,
-            config=fast_config(max_records=10, max_queued_batches=2),
-            client_options=aws.local.client_options(),
-            stream_client=counting,  # type: ignore[arg-type]
-            registry=CollectorRegistry(),
-        )
-        got: list[int] = []
-        async with consumer.batches() as batches:
-            async for batch in batches:
-                if not got:
-                    # The batch in the loop, two queued for the shard, one waiting to be queued.
-                    await wait_until(lambda: counting.fetched >= 40, 10, "the fetcher to fill up")
-                    await asyncio.sleep(0.5)  # a bound: nothing more is fetched meanwhile
-                    assert counting.fetched == 40
-                got.extend(ids_of(batch))
-                if got == ids:
-                    break
-        assert got == ids
