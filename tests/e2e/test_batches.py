@@ -5,7 +5,9 @@ resharding: tests/runtime/test_batches.py, in virtual time)."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
+import pathlib
 
 import orjson
 import pytest
@@ -16,6 +18,7 @@ from kclasync.testing.emulators import LocalAws
 from tests.support import Aws, aws_for, wait_until
 
 pytestmark = pytest.mark.asyncio
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "batches.py"
 
 
 def ids_of(batch: ShardBatch) -> list[int]:
@@ -186,3 +189,12 @@ async def test_buffered_commits_are_written_when_the_loop_ends(
                     last = batch.records[-1].sequence_number
                     break
         assert list((await checkpoints(aws)).values()) == [last]
+
+
+async def test_the_example_reads_every_record(moto: LocalAws, unique_name: str) -> None:
+    spec = importlib.util.spec_from_file_location("batches_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    per_shard = await example.main(moto, stream=unique_name, count=100)
+    assert sum(per_shard.values()) == 100 and len(per_shard) == 2
