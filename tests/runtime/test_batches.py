@@ -1,17 +1,18 @@
 """``Consumer.batches()`` on the in-memory adapters in virtual time: resharding (children after
-their parent, SHARD_END written), backpressure towards the fetcher, and a queued batch of a
-lost lease that is never yielded."""
+their parent, SHARD_END written), backpressure towards the fetcher, a queued batch of a lost
+lease that is never yielded, and a cancelled loop that still stops gracefully."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig, ShardBatch
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
-from kclasync._core.position import SHARD_END
+from kclasync._core.position import SHARD_END, TRIM_HORIZON
 from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
 
@@ -128,3 +129,36 @@ async def test_a_queued_batch_of_a_lost_lease_is_never_yielded() -> None:
             await batch.commit()
     assert all(batch is not queued for batch in later)
     assert table.leases[held.shard.lease_key].owner is None  # released on the way out
+
+
+@in_virtual_time
+async def test_cancelling_the_loop_stops_gracefully_and_writes_buffered_commits() -> None:
+    table, client = MemoryLeaseTable(), MemoryStreamClient()
+    client.create_stream(STREAM, 2)
+    put(client, 0, 100)
+    c = consumer(table, client, max_records=10, checkpoint_interval=3600.0)
+    committed: dict[str, str] = {}
+    both = asyncio.Event()
+
+    async def loop() -> None:
+        async for batch in c.batches():
+            await batch.commit(persist=False)
+            committed[batch.shard.lease_key] = batch.records[-1].sequence_number
+            if len(committed) == 2:
+                both.set()
+                await asyncio.Event().wait()  # cancelled in here
+
+    task = asyncio.create_task(loop())
+    await asyncio.wait_for(both.wait(), 30)
+    assert {lease.checkpoint for lease in table.leases.values()} == {TRIM_HORIZON}
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    def stopped() -> bool:
+        return all(lease.owner is None for lease in table.leases.values())
+
+    await wait_until(stopped, 30, "the graceful stop after the cancellation")
+    # The buffered commits were written on the way out, as on a processor's stop.
+    assert {key: lease.checkpoint.value for key, lease in table.leases.items()} == committed
+    await c.stop()
