@@ -45,8 +45,8 @@ class ShardBatch:
 
     __slots__ = (
         "_checkpointer",
-        "_feed",
         "_finished",
+        "_shard_feed",
         "_yielded",
         "millis_behind_latest",
         "records",
@@ -59,7 +59,7 @@ class ShardBatch:
         shard: ShardInfo,
         millis_behind_latest: int | None,
         checkpointer: Checkpointer,
-        feed: _ShardFeed,
+        shard_feed: _ShardFeed,
     ) -> None:
         #: The records, in shard order (KPL aggregates already unpacked).
         self.records: Sequence[Record] = records
@@ -68,7 +68,7 @@ class ShardBatch:
         #: How far the read was behind the tip of the shard, when Kinesis said.
         self.millis_behind_latest: int | None = millis_behind_latest
         self._checkpointer = checkpointer
-        self._feed = feed
+        self._shard_feed = shard_feed
         # Done once the loop finished with the batch, or when it was withdrawn unyielded.
         self._finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._yielded = False
@@ -85,7 +85,7 @@ class ShardBatch:
     def stale(self) -> bool:
         """True once this worker no longer holds the shard's lease for this batch (lost, let
         go, or unrenewed for the failover time): a ``commit()`` would raise LeaseLostError."""
-        return self._feed.stale()
+        return self._shard_feed.stale()
 
     def __len__(self) -> int:
         return len(self.records)
@@ -115,7 +115,7 @@ class ShardBatch:
                 f"record {record.sequence_number}/{record.sub_sequence_number} of shard "
                 f"{record.shard_id} is not in this batch of shard {self.shard.lease_key}"
             )
-        self._feed.ensure_held()
+        self._shard_feed.ensure_held()
         await self._checkpointer.checkpoint(
             target.sequence_number, target.sub_sequence_number, persist=persist
         )
@@ -229,7 +229,7 @@ class BatchFeed:
         if batch._finished.done():
             return False
         try:
-            batch._feed.ensure_held()
+            batch._shard_feed.ensure_held()
         except LeaseLostError:
             batch._finish()
             return False
