@@ -5,7 +5,6 @@ resharding: tests/runtime/test_batches.py, in virtual time)."""
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import pathlib
 
 import orjson
@@ -40,14 +39,12 @@ async def test_batches_keep_shard_order_and_break_releases_the_leases(
         ids = set(await aws.produce(120))
         consumer = aws.consumer(None, max_records=15)
         seen: dict[str, list[tuple[int, int]]] = {}
-        order: list[str] = []
         got: set[int] = set()
         async for batch in consumer.batches():
             assert not batch.stale
             positions = [r.position for r in batch]
             assert positions == sorted(positions)
             seen.setdefault(batch.shard_id, []).extend(positions)
-            order.append(batch.shard_id)
             got.update(ids_of(batch))
             await batch.commit()
             if got >= ids:
@@ -61,11 +58,10 @@ async def test_batches_keep_shard_order_and_break_releases_the_leases(
         await wait_until(released, 15, "the leases to be released after the break")
         await consumer.stop()
         assert got == ids
-        # Each shard's batches came in shard order, and the two shards interleaved.
+        # Each shard's batches came in shard order (interleaving: tests/runtime/test_batches.py).
         for positions in seen.values():
             assert positions == sorted(positions) and len(set(positions)) == len(positions)
-        switches = sum(1 for a, b in itertools.pairwise(order) if a != b)
-        assert len(seen) == 2 and switches >= 2, order
+        assert len(seen) == 2
         # The commits are in the table, and the leases were released, not left to expire.
         assert await checkpoints(aws) == {
             shard: str(positions[-1][0]) for shard, positions in seen.items()

@@ -80,6 +80,27 @@ async def test_children_come_after_their_parent_and_shard_end_is_checkpointed() 
 
 
 @in_virtual_time
+async def test_shards_interleave_each_in_its_own_order() -> None:
+    table, client = MemoryLeaseTable(), MemoryStreamClient()
+    client.create_stream(STREAM, 3)
+    written = put(client, 0, 150)
+    c = consumer(table, client, max_records=5)
+    order: list[str] = []
+    per_shard: dict[str, list[tuple[int, int]]] = {}
+    async with c.batches() as batches:
+        async for batch in batches:
+            order.append(batch.shard_id)
+            per_shard.setdefault(batch.shard_id, []).extend(r.position for r in batch)
+            await batch.commit()
+            if sum(map(len, per_shard.values())) == len(written):
+                break
+    for positions in per_shard.values():
+        assert positions == sorted(positions)
+    # No shard waits for another to be drained: every shard is in the first three batches.
+    assert len(per_shard) == 3 and set(order[:3]) == set(per_shard), order
+
+
+@in_virtual_time
 async def test_a_slow_loop_holds_the_fetcher_back() -> None:
     table, client = MemoryLeaseTable(), MemoryStreamClient()
     client.create_stream(STREAM, 1)
