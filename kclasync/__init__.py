@@ -4,6 +4,7 @@ Everything a user needs is importable from here.
 """
 
 from kclasync._adapters.aws import ClientOptions
+from kclasync._batches import BatchIterator, ShardBatch
 from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
 from kclasync._consumer import Consumer
 from kclasync._core.position import Checkpoint, InitialPosition
@@ -25,6 +26,7 @@ from kclasync.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchIterator",
     "Checkpoint",
     "CheckpointError",
     "Checkpointer",
@@ -40,6 +42,7 @@ __all__ = [
     "ProcessorFailedError",
     "Record",
     "RecordProcessor",
+    "ShardBatch",
     "ShardInfo",
     "ShutdownCheckpointError",
     "StreamNotFoundError",

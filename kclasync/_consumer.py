@@ -2,8 +2,8 @@
 
 Owns: validating what the user passed, creating the AWS clients it was not given, starting and
 stopping the worker (``_runtime.worker``: the task tree), and the public surface: ``run``,
-``stop``, ``async with``, ``wait_started``, ``health``, ``held_leases``, ``is_leader``,
-``worker_id``, ``config``, ``metrics``.
+``stop``, ``async with``, ``batches``, ``wait_started``, ``health``, ``held_leases``,
+``is_leader``, ``worker_id``, ``config``, ``metrics``.
 Must not: make protocol decisions (``kclasync._core``), call AWS directly (adapters), or do the
 runtime parts' jobs (``kclasync._runtime``).
 """
@@ -28,6 +28,7 @@ from kclasync._adapters.aws import ClientOptions
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
 from kclasync._adapters.worker_registry import WorkerRegistry
+from kclasync._batches import BatchFeed, BatchIterator
 from kclasync._config import ConsumerConfig, LeaseTakerKind
 from kclasync._core.balanced_taker import BalancedLeaseTaker
 from kclasync._core.lease_taker import Kcl2LeaseTaker, LeaseTaker
@@ -76,6 +77,9 @@ class Consumer:
     ``run()`` returns after ``stop()``; cancelling ``run()`` is an abrupt stop (leases are left
     to expire, as after a crash). ``async with Consumer(...)`` runs it in the background and
     stops it gracefully on exit.
+
+    Without ``processor=``, iterate the batches instead: ``async for batch in
+    consumer.batches(): ...; await batch.commit()``.
     """
 
     def __init__(
@@ -83,7 +87,7 @@ class Consumer:
         *,
         stream_name: str | None = None,
         application_name: str,
-        processor: object,
+        processor: object = None,
         config: ConsumerConfig | None = None,
         streams: StreamList | None = None,
         region_name: str | None = None,
@@ -124,12 +128,20 @@ class Consumer:
         self.config = config if config is not None else ConsumerConfig()
         if not isinstance(self.config, ConsumerConfig):
             raise ConfigError("config", f"must be a ConsumerConfig, got {config!r}")
-        try:
-            self._factory: ProcessorFactory = processor_factory(
-                processor, buffered=self.config.buffered_handler_checkpoints
-            )
-        except TypeError as exc:
-            raise ConfigError("processor", str(exc)) from None
+        self._worker: Worker | None = None
+        #: Set when built without a processor: the shards' batches go to ``batches()``.
+        self._feed: BatchFeed | None = None
+        self._factory: ProcessorFactory
+        if processor is None:
+            self._feed = BatchFeed(lambda: self._worker)
+            self._factory = self._feed.new_processor
+        else:
+            try:
+                self._factory = processor_factory(
+                    processor, buffered=self.config.buffered_handler_checkpoints
+                )
+            except TypeError as exc:
+                raise ConfigError("processor", str(exc)) from None
         if client_options is None:
             client_options = ClientOptions(
                 region_name=region_name, endpoint_url=endpoint_url, session=session
@@ -165,7 +177,6 @@ class Consumer:
             rng=rng if rng is not None else random.Random(),
             metrics=self.metrics,
         )
-        self._worker: Worker | None = None
         self._coordinator_state = coordinator_state
         self._worker_registry = worker_registry
         self._wall_clock = wall_clock
@@ -202,6 +213,18 @@ class Consumer:
     async def wait_started(self) -> None:
         await self._started.wait()
 
+    def batches(self) -> BatchIterator:
+        """The shards' batches, for a consumer built without ``processor=``.
+
+        ``async for batch in consumer.batches():`` yields a ``ShardBatch`` at a time; a shard's
+        next batch comes only after the loop finished with its previous one (asked for the
+        next batch), batches of different shards interleave. ``await batch.commit()``
+        checkpoints. Leaving the loop stops the consumer gracefully; ``async with
+        consumer.batches() as batches:`` waits for that stop on exit. See docs/batches.md."""
+        if self._feed is None:
+            raise ConfigError("processor", "batches() needs a Consumer built without processor=")
+        return BatchIterator(self, self._feed)
+
     # -- lifecycle -----------------------------------------------------------------------
 
     async def __aenter__(self) -> Consumer:
@@ -227,6 +250,9 @@ class Consumer:
         """Stop gracefully: in-flight batches finish, processors get ``shutdown_requested`` and
         may checkpoint, then the leases are released so other workers take them at once."""
         self._stop_requested.set()
+        if self._feed is not None:
+            # Batches not yielded yet are withdrawn; the one in the loop finishes as it moves on.
+            self._feed.close(finish_current=False)
         if self._background is not None and not self._background.done():
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._background)
