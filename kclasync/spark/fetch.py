@@ -11,7 +11,7 @@ A sequence position ``<seq>`` or ``<seq>/<sub>`` means "after user record (seq, 
 like a lease checkpoint: the read starts AT_SEQUENCE_NUMBER ``seq`` and skips what is not after
 it, so a batch may end inside an aggregate and the next one resumes at the following user record.
 Must not: import pyspark, or decide which shards to read (``kclasync.spark.offsets``).
-Executors call this with ``asyncio.run`` (Spark's Python workers are synchronous).
+Executors call this on their worker's private event loop (``kclasync.spark.worker_io``).
 """
 
 from __future__ import annotations

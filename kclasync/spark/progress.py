@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import uuid
-from typing import Protocol
+from typing import Any, Protocol
 
 from kclasync.spark.fetch import AwsOptions
 from kclasync.spark.offsets import ShardProgress
@@ -121,12 +121,15 @@ async def open_progress_store(
     aws: AwsOptions,
     metadata_path: str | None,
     table: str,
+    session: Any = None,
 ) -> ProgressStore:
     """The store the options name: a directory (``metadataPath``) or a DynamoDB table whose
-    client is closed with ``stack``."""
+    client (made from ``session``, default a new one) is closed with ``stack``."""
     if metadata_path:
         return FileProgressStore(metadata_path)
     from kclasync.spark.progress_dynamodb import DynamoProgressStore
 
-    client = await stack.enter_async_context(aws.client_options().create_client("dynamodb"))
+    client = await stack.enter_async_context(
+        aws.client_options().create_client("dynamodb", session)
+    )
     return DynamoProgressStore(client, table)

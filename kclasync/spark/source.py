@@ -7,8 +7,8 @@ executors (``kclasync.spark.fetch``), the progress records that make replays exa
 Must not: hold lineage rules of its own (they come from ``kclasync._core.shard_lineage``).
 
 Spark constructs the reader on the driver and again on the executors, so AWS clients are made
-lazily: on the driver a private event loop keeps one client for the query; on an executor each
-partition runs ``asyncio.run`` with a client of its own.
+lazily: on the driver a private event loop keeps one client for the query; on an executor the
+Python worker's clients (``kclasync.spark.worker_io``) serve every task it runs.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from kclasync.spark.offsets import (
 from kclasync.spark.options import SinkOptions, SourceOptions
 from kclasync.spark.progress import ProgressStore, open_progress_store
 from kclasync.spark.schema import SCHEMA_DDL, records_to_arrow
+from kclasync.spark.worker_io import WorkerIO, worker_io
 
 __all__ = ["KinesisDataSource", "KinesisStreamReader", "ShardPartition", "SourceOptions"]
 
@@ -106,14 +107,19 @@ class _DriverIO:
 
     async def _open(self) -> None:
         client_options = self._options.aws.client_options()
-        kinesis = await self._stack.enter_async_context(client_options.create_client("kinesis"))
+        session = client_options.new_session()  # one set of service models for every client
+        kinesis = await self._stack.enter_async_context(
+            client_options.create_client("kinesis", session)
+        )
         self.kinesis = KinesisStreamClient(kinesis)
         opts = self._options
         self.progress = await open_progress_store(
-            self._stack, opts.aws, opts.metadata_path, opts.progress_table
+            self._stack, opts.aws, opts.metadata_path, opts.progress_table, session=session
         )
         if self._options.lease_table:
-            ddb = await self._stack.enter_async_context(client_options.create_client("dynamodb"))
+            ddb = await self._stack.enter_async_context(
+                client_options.create_client("dynamodb", session)
+            )
             self.leases = DynamoLeaseStore(ddb, self._options.lease_table)
             await self.leases.ensure_table()
 
@@ -321,44 +327,39 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def read_partition(p: ShardPartition) -> list[Any]:
-    """Read one shard of one batch on an executor; the same records on every replay."""
+    """Read one shard of one batch on an executor; the same records on every replay. The
+    clients are the Python worker's (``worker_io``), kept from task to task."""
+    io = worker_io()
+    return io.run(lambda: _read_partition(io, p))
+
+
+async def _read_partition(io: WorkerIO, p: ShardPartition) -> list[Any]:
     opts = p.options
+    kinesis = await io.kinesis(opts.aws)
+    store = await io.progress(opts.aws, opts.metadata_path, opts.progress_table)
 
-    async def go() -> list[Any]:
-        async with contextlib.AsyncExitStack() as stack:
-            store = await open_progress_store(
-                stack, opts.aws, opts.metadata_path, opts.progress_table
-            )
-            client = await stack.enter_async_context(
-                opts.aws.client_options().create_client("kinesis")
-            )
-            kinesis = KinesisStreamClient(client)
+    async def fetch(replay: Any) -> Any:
+        return await read_shard(
+            kinesis,
+            opts.stream_name,
+            p.shard_id,
+            p.start,
+            quota=p.quota,
+            timestamp=_time(p.timestamp),
+            until=_time(p.until),
+            max_seconds=opts.max_fetch_seconds,
+            replay=replay,
+            fail_on_data_loss=opts.fail_on_data_loss,
+        )
 
-            async def fetch(replay: Any) -> Any:
-                return await read_shard(
-                    kinesis,
-                    opts.stream_name,
-                    p.shard_id,
-                    p.start,
-                    quota=p.quota,
-                    timestamp=_time(p.timestamp),
-                    until=_time(p.until),
-                    max_seconds=opts.max_fetch_seconds,
-                    replay=replay,
-                    fail_on_data_loss=opts.fail_on_data_loss,
-                )
-
-            recorded = await store.get(p.run, p.batch, p.shard_id)
-            result = await fetch(recorded)
-            if recorded is None:
-                # Record where this batch stops before Spark sees a row; a racing attempt may
-                # have won.
-                claimed = await store.claim(p.run, p.batch, p.shard_id, result.progress)
-                if claimed != result.progress:
-                    result = await fetch(claimed)
-            return list(result.records)
-
-    return asyncio.run(go())
+    recorded = await store.get(p.run, p.batch, p.shard_id)
+    result = await fetch(recorded)
+    if recorded is None:
+        # Record where this batch stops before Spark sees a row; a racing attempt may have won.
+        claimed = await store.claim(p.run, p.batch, p.shard_id, result.progress)
+        if claimed != result.progress:
+            result = await fetch(claimed)
+    return list(result.records)
 
 
 class KinesisDataSource(DataSource):

@@ -1,0 +1,120 @@
+"""The AWS clients of one Spark Python worker process, kept for the life of the process.
+
+Spark reuses its Python worker processes from task to task (``spark.python.worker.reuse``, on by
+default). A task that made its own botocore session, loaded the service models and opened new
+connections spent as long on that as on reading a few thousand records; here one private event
+loop on a daemon thread holds, per connection settings, one session, one Kinesis client and one
+progress store, made by the first task that needs them and used by every later one.
+
+Owns: that loop, its clients and running a task's coroutine on it (``run``).
+Must not: decide what to read or record (``kclasync.spark.source`` and ``fetch`` do), or be
+shared across a fork (a child process builds its own: the loop's thread does not survive it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from kclasync._adapters.kinesis import KinesisStreamClient
+from kclasync.spark.fetch import AwsOptions
+from kclasync.spark.progress import ProgressStore, open_progress_store
+
+__all__ = ["WorkerIO", "worker_io"]
+
+T = TypeVar("T")
+
+
+class WorkerIO:
+    """Clients on a private event loop, made on first use and reused (one set per settings)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="kclasync-spark-io", daemon=True
+        )
+        self._thread.start()
+        self._stack = contextlib.AsyncExitStack()
+        self._sessions: dict[AwsOptions, Any] = {}
+        self._kinesis: dict[AwsOptions, KinesisStreamClient] = {}
+        self._stores: dict[tuple[AwsOptions, str | None, str], ProgressStore] = {}
+        self._lock: asyncio.Lock | None = None
+        #: Clients made so far, by service (a test checks that tasks reuse them).
+        self.created: dict[str, int] = {}
+
+    def run(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Run ``make()`` on the private loop and wait for its result (from a task's thread)."""
+
+        async def call() -> T:
+            return await make()
+
+        future = asyncio.run_coroutine_threadsafe(call(), self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # an interrupted task leaves nothing running behind it
+            raise
+
+    def _guard(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    def _session(self, aws: AwsOptions) -> Any:
+        session = self._sessions.get(aws)
+        if session is None:
+            session = self._sessions[aws] = aws.client_options().new_session()
+        return session
+
+    async def kinesis(self, aws: AwsOptions) -> KinesisStreamClient:
+        """The Kinesis client for ``aws`` (called on the private loop)."""
+        async with self._guard():
+            client = self._kinesis.get(aws)
+            if client is None:
+                raw = await self._stack.enter_async_context(
+                    aws.client_options().create_client("kinesis", self._session(aws))
+                )
+                client = self._kinesis[aws] = KinesisStreamClient(raw)
+                self.created["kinesis"] = self.created.get("kinesis", 0) + 1
+            return client
+
+    async def progress(
+        self, aws: AwsOptions, metadata_path: str | None, table: str
+    ) -> ProgressStore:
+        """The progress store the options name (called on the private loop)."""
+        key = (aws, metadata_path, table)
+        async with self._guard():
+            store = self._stores.get(key)
+            if store is None:
+                store = self._stores[key] = await open_progress_store(
+                    self._stack, aws, metadata_path, table, session=self._session(aws)
+                )
+                self.created["progress"] = self.created.get("progress", 0) + 1
+            return store
+
+    def close(self) -> None:
+        """Close every client and stop the loop (tests; a worker process just exits)."""
+        with contextlib.suppress(Exception):
+            self.run(self._stack.aclose)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+_current: WorkerIO | None = None
+_guard = threading.Lock()
+
+
+def worker_io() -> WorkerIO:
+    """This process's ``WorkerIO`` (a new one after a fork)."""
+    global _current
+    with _guard:
+        if _current is None or _current.pid != os.getpid():
+            _current = WorkerIO()
+        return _current
