@@ -3,7 +3,7 @@ capacity, joins, leaves and a leader crash, run on one seed for several assignme
 
 Owns: the scenario's timeline (``LoadScenario``), the Zipf throughput per shard (re-ranked at
 each traffic change), the CPU model (utilisation = throughput processed / capacity + noise,
-reported into an in-memory ``WorkerRegistry`` in the KCL 3.x format), the utilisation samples
+sampled by each worker's own registry report as its CPU reader), the utilisation samples
 and the settle times after each change, and the comparison table (``compare_policies``).
 Must not: decide assignments (the workers' own ``Consumer`` does) or check protocol invariants
 (``invariants`` does); it only drives and measures.
@@ -18,9 +18,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
+from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._core.held_lease import HeldState
-from kclasync._core.worker_metrics import CPU, WorkerMetrics
 from kclasync._simulation.clock import run_virtual
 from kclasync._simulation.harness import Simulation
 from kclasync._simulation.report import SimulationReport
@@ -53,6 +52,23 @@ def zipf_rates(shards: Sequence[str], rng: random.Random, *, s: float = 1.2) -> 
     return {shard: 20.0 * r / median for shard, r in zip(order, raw, strict=True)}
 
 
+class _ModelCpu:
+    """A simulated worker's CPU reader (the runtime samples it with each registry report)."""
+
+    source = "load scenario CPU model"
+
+    def __init__(self, scenario: LoadScenario, worker: SimWorker) -> None:
+        self._scenario = scenario
+        self._worker = worker
+
+    async def sample(self) -> float:
+        util = self._scenario.utilisation(self._worker)
+        return min(100.0, max(0.0, util + self._scenario.noise.gauss(0.0, 1.5)))
+
+    async def close(self) -> None:
+        return None
+
+
 class LoadScenario:
     """Drives one ``Simulation``: traffic changes, a join, a graceful leave, a leader crash."""
 
@@ -61,16 +77,15 @@ class LoadScenario:
         self.rng = random.Random(seed)
         self.noise = random.Random(seed + 1)
         self.change_every = change_every
-        self.registry = MemoryWorkerMetrics()
         self.rates: dict[str, float] = {}
         self.samples: list[tuple[float, float]] = []  # (time, max/mean)
         self.spread: list[tuple[float, bool]] = []  # (time, every worker within the band)
         self.changes: list[tuple[str, float]] = []
-        self.cpu_history: dict[str, list[float]] = {}
         self.capacity: dict[str, float] = {}
         self.owners: dict[str, str | None] = {}
         self.moves = 0
         sim.lease_throughput = self.lease_throughput  # type: ignore[attr-defined]
+        sim.fleet.cpu_reader_for = self.cpu_reader
 
     def lease_throughput(self, key: str) -> float:
         return self.rates.get(key, 0.0)
@@ -87,41 +102,31 @@ class LoadScenario:
             self.capacity[worker.name] = CAPACITIES[len(self.capacity) % len(CAPACITIES)]
         return self.capacity[worker.name]
 
+    def processed_kbps(self, worker: SimWorker) -> float:
+        """What the worker processes: its active leases and those it is handing away (the old
+        owner works until it lets go), not those still coming in."""
+        consumer = worker.consumer
+        coordinator = consumer._coordinator if consumer is not None else None
+        if coordinator is None:
+            return 0.0
+        return sum(
+            self.rates.get(k, 0.0)
+            for k, h in coordinator.held.items()
+            if h.state in (HeldState.ACTIVE, HeldState.OUTGOING)
+        )
+
+    def utilisation(self, worker: SimWorker) -> float:
+        """The CPU model, noise-free: throughput processed / capacity, in percent."""
+        return 100.0 * self.processed_kbps(worker) / self._capacity(worker)
+
+    def cpu_reader(self, worker: SimWorker) -> CpuReader:
+        """The worker's CPU source: the model plus Gaussian noise (sd 1.5 points), 0-100."""
+        return _ModelCpu(self, worker)
+
     async def _measure(self, period: float) -> None:
         while True:
             t = now()
-            utils: dict[str, float] = {}
-            for w in self._workers():
-                consumer = w.consumer
-                if consumer is None:
-                    continue
-                # What the worker processes: its active leases and those it is handing away
-                # (the old owner works until it lets go), not those still coming in.
-                coordinator = getattr(consumer, "_coordinator", None)
-                held = coordinator.held if coordinator is not None else {}
-                processed = sum(
-                    self.rates.get(k, 0.0)
-                    for k, h in held.items()
-                    if h.state in (HeldState.ACTIVE, HeldState.OUTGOING)
-                )
-                util = 100.0 * processed / self._capacity(w)
-                utils[w.name] = util
-                noisy = max(0.0, util + self.noise.gauss(0.0, 1.5))
-                hist = self.cpu_history.setdefault(w.name, [])
-                hist.append(round(noisy, 2))
-                del hist[:-10]
-                await self.registry.report(
-                    WorkerMetrics(
-                        worker_id=w.name,
-                        last_update=int(t),
-                        metric_stats={CPU: tuple(hist)},
-                        operating_range={CPU: (100,)},
-                    )
-                )
-                worker = getattr(consumer, "_worker", None)
-                assignment = getattr(worker, "assignment", None)
-                if assignment is not None and assignment.registry is None:
-                    assignment.registry = self.registry
+            utils = {w.name: self.utilisation(w) for w in self._workers() if w.consumer}
             for key, lease in self.sim.table.leases.items():
                 before = self.owners.get(key)
                 if before is not None and lease.owner is not None and before != lease.owner:
