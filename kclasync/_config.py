@@ -417,7 +417,8 @@ class ConsumerConfig:
         if self.rebalance_target_percent > self.rebalance_threshold_percent:
             raise ConfigError(
                 "rebalance_target_percent",
-                f"must not exceed rebalance_threshold_percent ({self.rebalance_threshold_percent:g})",
+                "must not exceed rebalance_threshold_percent "
+                f"({self.rebalance_threshold_percent:g})",
             )
         if self.dampening_percent > 100:
             raise ConfigError(

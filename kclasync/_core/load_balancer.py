@@ -222,9 +222,9 @@ def _best_swap(
 ) -> list[tuple[LeaseLoad, str, str]] | None:
     """When no single move helps (a hot lease no other worker can absorb as it is), the
     exchange of one lease of a loaded worker (from the most loaded) for lighter leases of
-    another that lowers the pair's peak the most (within the noise guard: the fewest leases): the given lease g, and back from the receiver
-    its largest leases that fit, greedily, into g - (L_d - L_r) / (c_d + c_r) (what leaves the
-    pair level). Each exchange counts as one step."""
+    another that lowers the pair's peak the most (within the noise guard: the fewest leases):
+    the given lease g, and back from the receiver its largest leases that fit, greedily, into
+    g - (L_d - L_r) / (c_d + c_r) (what leaves the pair level). An exchange is one step."""
     min_gain = model.mean() * settings.min_gain_percent / 100
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))

@@ -122,9 +122,7 @@ class LeaderAssignment:
             return plan_kcl3(
                 snapshot, balance=balance, settings=self.kcl3, seed=self._rng.getrandbits(32)
             )
-        if not may_rebalance(
-            snapshot, bool(self.last_plan.moves), watched_enough=watched_enough
-        ):
+        if not may_rebalance(snapshot, bool(self.last_plan.moves), watched_enough=watched_enough):
             return plan_load_aware(snapshot, dataclasses.replace(self.balancer, max_moves=0))
         return plan_load_aware(snapshot, self.balancer)
 

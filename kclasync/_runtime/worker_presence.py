@@ -3,10 +3,11 @@
 Owns: writing this worker's entry each report period (``lut`` from the injected wall clock: the
 runtime's only wall-clock read, so a simulation passes its virtual clock), reading every entry
 for the taking rounds, sampling this worker's CPU each report (when a source exists; none
-means no CPU metric, as the Java worker does), reporting this worker's capacity (configured, or
-estimated from its CPU against the throughput it processes: ``CapacityEstimator``), judging liveness there from changes of ``lut``
-stamped on the loop clock (``core.expiry``, exactly like lease expiry), logging each
-unreadable entry once and counting them, and leaving the registry on a graceful stop.
+means no CPU metric, as the Java worker does), reporting this worker's capacity (configured,
+or estimated from its CPU against the throughput it processes: ``CapacityEstimator``), judging
+liveness there from changes of ``lut`` stamped on the loop clock (``core.expiry``, exactly like
+lease expiry), logging each unreadable entry once and counting them, and leaving the registry
+on a graceful stop.
 Must not: decide assignment, write to the lease table, or read the wall clock any other way.
 """
 
@@ -20,9 +21,9 @@ import attrs
 
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.worker_registry import WorkerRegistry
+from kclasync._core.capacity import CapacityEstimator
 from kclasync._core.cpu_usage import CpuStatsError
 from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.capacity import CapacityEstimator
 from kclasync._core.lease import Lease
 from kclasync._core.worker_metrics import CPU, FAILED_SAMPLE, WorkerMetrics
 from kclasync.errors import AdapterError
