@@ -30,8 +30,6 @@ __all__ = [
 ]
 
 THROUGHPUT_EMA_ALPHA = 0.5
-#: A CPU reading at or above this is saturated: it only says the load is at least this much.
-SATURATED_CPU_PERCENT = 98.0
 
 
 def throughput_ema(
@@ -181,8 +179,7 @@ def lease_throughputs(leases: Iterable[LeaseLoad]) -> dict[str, float]:
 class LoadModel:
     """Predicted load of each worker, in the unit the plan balances, and the cost of a lease.
 
-    CPU mode (every worker reports CPU, and none without a capacity reads saturated, >= 98 %):
-    load is CPU percent; a lease costs its throughput times
+    CPU mode (every worker reports CPU): load is CPU percent; a lease costs its throughput times
     the worker's percent per KB/s, from its capacity if known (then the load itself is predicted
     from the leases it owns), else from its observed CPU over its assigned throughput, else the
     fleet's (the smallest known capacity, else CPU over throughput summed over the fleet). Leases
@@ -222,14 +219,7 @@ class LoadModel:
             # in; over-filling it (a hot lease on a small worker) costs an exchange.
             fleet_rate = max(known_rates)
         # CPU is only usable with a way to predict what a lease costs: a capacity or a ratio.
-        # A saturated reading of a worker without a capacity is censored (it says "at least
-        # this much"): workers sharing one busy CPU all read 100 and would look balanced
-        # whatever they own. Then balance throughput.
-        censored = any(
-            (w.cpu_percent or 0.0) >= SATURATED_CPU_PERCENT and not w.capacity_kbps
-            for w in snapshot.workers
-        )
-        self.cpu_mode = reporting and fleet_rate > 0 and not censored
+        self.cpu_mode = reporting and fleet_rate > 0
         self.rate: dict[str, float] = {}
         if self.cpu_mode:
             for w in snapshot.workers:
