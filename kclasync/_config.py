@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 
+from kclasync._core.kcl3_decider import Kcl3Settings
+from kclasync._core.load_balancer import BalancerSettings
 from kclasync._core.position import InitialPosition
 from kclasync.errors import ConfigError
 
@@ -177,6 +179,45 @@ class ConsumerConfig:
         default=None,
         validator=_optional_positive,
         metadata=_meta("s", kcl="leaseAssignmentIntervalMillis"),
+    )
+    #: Leader-based modes: rebalance only when some worker's load is outside the fleet mean +-
+    #: this percentage (or above its operating range). ``kcl3``: reBalanceThresholdPercentage.
+    rebalance_threshold_percent: float = attrs.field(
+        default=10.0,
+        validator=_positive,
+        metadata=_meta("%", kcl="reBalanceThresholdPercentage"),
+    )
+    #: ``load``: once triggered, plan moves until every worker is within the mean +- this
+    #: percentage (at most ``rebalance_threshold_percent``).
+    rebalance_target_percent: float = attrs.field(
+        default=5.0, validator=_non_negative, metadata=_meta("%")
+    )
+    #: ``load``: a move must lower the higher load of its two workers by at least this share of
+    #: the mean load (a guard against moving for noise).
+    rebalance_min_gain_percent: float = attrs.field(
+        default=1.0, validator=_non_negative, metadata=_meta("%")
+    )
+    #: ``load``: at most this many graceful moves per assignment run (None: as many as the plan
+    #: needs; assignments of unowned leases are never capped).
+    max_moves_per_assignment: int | None = attrs.field(
+        default=None, validator=[_optional_whole, _optional_positive], metadata=_meta("leases")
+    )
+    #: ``kcl3``: the share (1-100) of a donor's excess load it gives away per balancing run.
+    dampening_percent: int = attrs.field(
+        default=60, validator=[_whole, _positive], metadata=_meta("%", kcl="dampeningPercentage")
+    )
+    #: ``kcl3``: balance on every this-many-th assignment run (assign on every run).
+    variance_balancing_frequency: int = attrs.field(
+        default=3,
+        validator=[_whole, _positive],
+        metadata=_meta("runs", kcl="varianceBalancingFrequency"),
+    )
+    #: KB/s this worker can process at 100 % CPU, reported to the leader with its metrics (the
+    #: ``cap`` attribute of its ``<app>-WorkerMetricStats`` entry) so that ``load`` weights
+    #: workers by it. None: estimated from the CPU samples against the throughput processed
+    #: (nothing is reported before the worker has both).
+    worker_capacity_kbps: float | None = attrs.field(
+        default=None, validator=_optional_positive, metadata=_meta("KB/s")
     )
     #: Leader-based modes: how often a worker queries the owner index for leases assigned to it.
     #: None: failover_time / 3 (well within the failover time, so an assigned lease is renewed
@@ -373,6 +414,16 @@ class ConsumerConfig:
             )
         if not isinstance(self.cleanup_leases_upon_shard_completion, bool):
             raise ConfigError("cleanup_leases_upon_shard_completion", "must be True or False")
+        if self.rebalance_target_percent > self.rebalance_threshold_percent:
+            raise ConfigError(
+                "rebalance_target_percent",
+                "must not exceed rebalance_threshold_percent "
+                f"({self.rebalance_threshold_percent:g})",
+            )
+        if self.dampening_percent > 100:
+            raise ConfigError(
+                "dampening_percent", f"must be at most 100, got {self.dampening_percent}"
+            )
         if self.max_cpu_percent > 100:
             raise ConfigError("max_cpu_percent", f"must be at most 100, got {self.max_cpu_percent}")
         if self.worker_timeout is not None and self.worker_timeout <= self.renewer_interval + 1:
@@ -400,6 +451,23 @@ class ConsumerConfig:
         if self.assignment_interval is not None:
             return self.assignment_interval
         return 2 * self.failover_time
+
+    def balancer_settings(self) -> BalancerSettings:
+        """The ``load`` planner's settings from this configuration."""
+        return BalancerSettings(
+            trigger_percent=self.rebalance_threshold_percent,
+            target_percent=self.rebalance_target_percent,
+            min_gain_percent=self.rebalance_min_gain_percent,
+            max_moves=self.max_moves_per_assignment,
+        )
+
+    def kcl3_settings(self) -> Kcl3Settings:
+        """The ``kcl3`` decider's settings from this configuration."""
+        return Kcl3Settings(
+            rebalance_threshold_percent=self.rebalance_threshold_percent,
+            dampening_percent=self.dampening_percent,
+            variance_balancing_frequency=self.variance_balancing_frequency,
+        )
 
     @property
     def effective_discovery_interval(self) -> float:

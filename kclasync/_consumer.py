@@ -102,6 +102,7 @@ class Consumer:
         coordinator_state: CoordinatorStateStore | None = None,
         worker_registry: WorkerRegistry | None = None,
         wall_clock: Callable[[], float] | None = None,
+        cpu_reader: CpuReader | None = None,
     ) -> None:
         if streams is None:
             if not stream_name:
@@ -180,6 +181,9 @@ class Consumer:
         self._coordinator_state = coordinator_state
         self._worker_registry = worker_registry
         self._wall_clock = wall_clock
+        #: Where this worker's CPU utilisation comes from (None: detected with a DynamoDB
+        #: table, none with injected stores).
+        self._cpu_reader = cpu_reader
         self._stop_requested = asyncio.Event()
         self._started = asyncio.Event()
         self._background: asyncio.Task[None] | None = None
@@ -267,7 +271,7 @@ class Consumer:
                 else None
             )
             legacy_cleanup: Callable[[], Awaitable[list[str]]] | None = None
-            cpu_reader: CpuReader | None = None
+            cpu_reader: CpuReader | None = self._cpu_reader
             if self._store is None:
                 from kclasync._adapters.dynamodb import DynamoLeaseStore
 
@@ -295,7 +299,8 @@ class Consumer:
                 wall_clock = self._wall_clock or time.time
                 from kclasync._adapters.cpu_metrics import detect_cpu_reader
 
-                cpu_reader = detect_cpu_reader(asyncio.get_running_loop().time)
+                if cpu_reader is None:
+                    cpu_reader = detect_cpu_reader(asyncio.get_running_loop().time)
             else:
                 # Injected (in-memory) stores live on the event loop's clock, virtual or not.
                 wall_clock = self._wall_clock or asyncio.get_running_loop().time

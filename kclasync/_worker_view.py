@@ -1,5 +1,6 @@
 """Rendering the fleet's workers for people (``kclasync workers``): each worker's reported
-metrics (``<table>-WorkerMetricStats``), the throughput of the leases it owns and their count.
+metrics (``<table>-WorkerMetricStats``: latest CPU sample and operating range, capacity), the
+throughput of the leases it owns and their count.
 
 Must not: decide liveness or assignment.
 """
@@ -42,15 +43,18 @@ def render_workers(leases: Iterable[Lease], entries: Iterable[WorkerMetrics]) ->
         kbps[lease.owner] = kbps.get(lease.owner, 0.0) + (lease.throughput_kbps or 0.0)
     ids = sorted(set(count) | set(by_worker))
     lines = [
-        f"{'worker':<28} {'leases':>6} {'assigned KB/s':>13} {'CPU %/range':>12} {'updated':>11}"
+        f"{'worker':<28} {'leases':>6} {'assigned KB/s':>13} {'CPU %/range':>12} "
+        f"{'capacity KB/s':>13} {'updated':>11}"
     ]
     for wid in ids:
         entry = by_worker.get(wid)
         updated = str(entry.last_update) if entry is not None else "-"
+        cap = entry.capacity_kbps if entry is not None else None
+        capacity = "-" if cap is None else f"{cap:.1f}"
         name = wid if len(wid) <= 28 else "…" + wid[-27:]
         lines.append(
             f"{name:<28} {count.get(wid, 0):>6} {kbps.get(wid, 0.0):>13.1f} "
-            f"{_metric(entry, CPU):>12} {updated:>11}"
+            f"{_metric(entry, CPU):>12} {capacity:>13} {updated:>11}"
         )
     lines.append(f"{len(ids)} workers, {sum(count.values())} leases owned, {unowned} unowned")
     return lines

@@ -30,7 +30,8 @@ class MemoryWorkerMetrics:
     async def report(self, metrics: wm.WorkerMetrics) -> None:
         self.calls["report"] += 1
         item = wm.encode_item(metrics)
-        kept = self.items.get(metrics.worker_id, {})
+        kept = dict(self.items.get(metrics.worker_id, {}))
+        kept.pop(wm.CAPACITY, None)  # as the DynamoDB update: REMOVE cap when there is none
         self.items[metrics.worker_id] = {**kept, **item}
 
     async def list_workers(self) -> wm.DecodedEntries:

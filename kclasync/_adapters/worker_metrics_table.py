@@ -48,14 +48,21 @@ class DynamoWorkerMetrics:
     async def report(self, metrics: wm.WorkerMetrics) -> None:
         item = wm.encode_item(metrics)
         fields = [wm.LAST_UPDATE, wm.METRIC_STATS, wm.OPERATING_RANGE]
+        if wm.CAPACITY in item:
+            fields.append(wm.CAPACITY)
         names = {f"#a{i}": f for i, f in enumerate(fields)}
         values = {f":a{i}": item[f] for i, f in enumerate(fields)}
+        update = "SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(fields)))
+        if wm.CAPACITY not in item:
+            # A capacity from an earlier run of this worker id no longer holds.
+            names["#cap"] = wm.CAPACITY
+            update += " REMOVE #cap"
         async with _mapped_errors("UpdateItem"):
             self._count("report")
             await self._client.update_item(
                 TableName=self.table_name,
                 Key={wm.WORKER_ID: item[wm.WORKER_ID]},
-                UpdateExpression="SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(fields))),
+                UpdateExpression=update,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
             )

@@ -49,7 +49,8 @@ def worker_loads(
 ) -> tuple[WorkerLoad, ...]:
     """One ``WorkerLoad`` per live worker, sorted by id. CPU is the latest sample of the
     ``C`` metric (None without one, or when it failed: -1), the operating range its ``opr``
-    maximum (100 without one); ``capacities`` (KB/s at 100 % CPU) where known."""
+    maximum (100 without one); the capacity (KB/s at 100 % CPU) the worker reported in its
+    entry, unless ``capacities`` gives one."""
     out: list[WorkerLoad] = []
     for wid in sorted(set(live_ids)):
         entry = metrics.get(wid)
@@ -63,6 +64,8 @@ def worker_loads(
             if rng and rng[0] > 0:
                 limit = float(rng[0])
         cap = (capacities or {}).get(wid)
+        if cap is None and entry is not None:
+            cap = entry.capacity_kbps
         out.append(WorkerLoad(wid, cpu_percent=cpu, max_cpu_percent=limit, capacity_kbps=cap))
     return tuple(out)
 
@@ -164,10 +167,23 @@ def follower_step(worker_id: str, lease: Lease | None, held: bool) -> FollowerSt
     return FollowerStep.INCOMING
 
 
-def may_rebalance(snapshot: FleetSnapshot, moved_last_run: bool) -> bool:
-    """Whether this run may move leases, or only assign: not while a handoff is still under way
-    or right after a run that moved (measured CPU lags the moves: a worker that just received
-    leases still looks idle, and planning on that reading overshoots and oscillates)."""
+def may_rebalance(
+    snapshot: FleetSnapshot, moved_last_run: bool, *, watched_enough: bool = True
+) -> bool:
+    """Whether this run may move leases, or only assign.
+
+    Not before the leader has watched the table for the failover time (``watched_enough``): a
+    new leader cannot yet tell a crashed worker's leases from live ones, and moves planned
+    without them are undone once they are reassigned. When every live worker reports a
+    capacity, the plan predicts each load from the throughput of the leases it owns (a lease in
+    handoff counted at its new owner): nothing lags, so every run may move. Otherwise the plan
+    uses measured CPU, which lags the moves (a worker that just received leases still looks
+    idle, and planning on that reading overshoots and oscillates): then not while a handoff is
+    still under way nor right after a run that moved."""
+    if not watched_enough:
+        return False
+    if snapshot.workers and all(w.capacity_kbps for w in snapshot.workers):
+        return True
     return not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases)
 
 

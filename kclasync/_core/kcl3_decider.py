@@ -48,7 +48,7 @@ class Kcl3Settings:
     """The Java defaults: reBalanceThresholdPercentage 10, dampeningPercentage 60,
     allowThroughputOvershoot true, varianceBalancingFrequency 3."""
 
-    rebalance_threshold_percent: int = 10
+    rebalance_threshold_percent: float = 10.0
     dampening_percent: int = 60
     allow_throughput_overshoot: bool = True
     variance_balancing_frequency: int = 3

@@ -13,7 +13,7 @@ the loads predicted after that move. Compared with the KCL 3.x variance decider:
 - a lease costs a different amount of CPU on each worker (its capacity), so a small worker is
   not filled to the fleet's average throughput;
 - when no single move helps (a hot lease nobody can absorb as is), it exchanges one lease of
-  the most loaded worker for a lighter one of another worker;
+  the most loaded worker for lighter ones of another worker;
 - every move (or exchange) must lower the pair's peak by a minimum gain, so the descending
   vector of loads strictly decreases: no A->B->A cycle on a static load, and a fixed point
   once no move helps;
@@ -220,41 +220,50 @@ def _best_move(
 def _best_swap(
     model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
 ) -> list[tuple[LeaseLoad, str, str]] | None:
-    """When no single move helps (a hot lease no other worker can absorb as it is), the exchange
-    of one lease of a loaded worker (from the most loaded) for a lighter one of another that
-    lowers the pair's peak the most (for each given lease, the taken one nearest the balancing
-    throughput)."""
+    """When no single move helps (a hot lease no other worker can absorb as it is), the
+    exchange of one lease of a loaded worker (from the most loaded) for lighter leases of
+    another that lowers the pair's peak the most (within the noise guard: the fewest leases):
+    the given lease g, and back from the receiver its largest leases that fit, greedily, into
+    g - (L_d - L_r) / (c_d + c_r) (what leaves the pair level). An exchange is one step."""
     min_gain = model.mean() * settings.min_gain_percent / 100
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
-    best: tuple[float, str, str, str, LeaseLoad, LeaseLoad] | None = None
     for donor in donors[:_SEARCH_WIDTH]:
         before = model.load[donor]
+        found: list[tuple[float, int, str, str, LeaseLoad, list[LeaseLoad]]] = []
         for receiver in [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]:
-            if not movable[receiver].entries:
+            held = movable[receiver].entries
+            if not held:
                 continue
             rate_d, rate_r = model.rate[donor], model.rate[receiver]
             if rate_d + rate_r <= 0:
                 continue
             gap = (before - model.load[receiver]) / (rate_d + rate_r)
             for give, given_key, given in movable[donor].entries:
-                pivot = give - gap
-                for entry in (movable[receiver].at_most(pivot), movable[receiver].above(pivot)):
-                    if entry is None:
-                        continue
-                    take, taken_key, taken = entry
-                    if take >= give:
-                        continue
-                    new_receiver = model.load[receiver] + (give - take) * rate_r
-                    if new_receiver > model.limit[receiver]:
-                        continue
-                    peak = max(before - (give - take) * rate_d, new_receiver)
-                    if peak > before - min_gain or peak >= before:
-                        continue
-                    candidate = (peak, given_key, taken_key, receiver, given, taken)
-                    if best is None or candidate[:4] < best[:4]:
-                        best = candidate
-        if best is not None:
-            _, _, _, receiver, given, taken = best
-            return [(given, donor, receiver), (taken, receiver, donor)]
+                room = give - gap
+                if room <= 0:
+                    continue  # a plain move of this lease: _best_move's job
+                taken: list[LeaseLoad] = []
+                take = 0.0
+                for tp, _, lease in reversed(held):
+                    if tp < give and take + tp <= room:
+                        taken.append(lease)
+                        take += tp
+                if not taken:
+                    continue
+                net = give - take
+                new_receiver = model.load[receiver] + net * rate_r
+                if new_receiver > model.limit[receiver]:
+                    continue
+                peak = max(before - net * rate_d, new_receiver)
+                if peak > before - min_gain or peak >= before:
+                    continue
+                candidate = (peak, len(taken), given_key, receiver, given, taken)
+                found.append(candidate)
+        if found:
+            # Within the noise guard of the lowest peak, the exchange that moves fewest leases.
+            lowest = min(c[0] for c in found)
+            near = [c for c in found if c[0] <= lowest + min_gain]
+            _, _, _, receiver, given, taken = min(near, key=lambda c: (c[1], c[0], c[2], c[3]))
+            return [(given, donor, receiver)] + [(lease, receiver, donor) for lease in taken]
     return None

@@ -16,7 +16,13 @@ The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against th
 ``opr``   M     metric short name -> L of N: operating range; the first value is the maximum
 ``sup``   N     (later 3.x) support code for breaking features; read and kept, never needed
 ``slu``   N     (later 3.x) when ``sup`` was last written, epoch seconds
+``cap``   N     kclasync only: the worker's capacity, KB/s it could process at 100 % CPU
 ========  ====  ===========================================================================
+
+``cap`` is an extra top-level attribute: the KCL 3.x maps the item onto its own bean and ignores
+attributes it does not know, so a Java leader reads the entry as before (``sts`` and ``opr``
+stay exactly the KCL's). A value that is not a positive finite number reads as no capacity
+rather than making the whole entry unreadable: it is advisory.
 
 Metric short names: ``C`` CPU, ``M`` memory, ``NI``/``NO`` network in/out (percent of the
 operating range's maximum); ``T`` throughput exists as a short name too, but the leader's
@@ -43,6 +49,7 @@ METRIC_STATS = "sts"
 OPERATING_RANGE = "opr"
 SUPPORT_CODE = "sup"
 SUPPORT_LAST_UPDATE = "slu"
+CAPACITY = "cap"
 
 CPU = "C"
 MEMORY = "M"
@@ -86,6 +93,8 @@ class WorkerMetrics:
     operating_range: Mapping[str, tuple[int, ...]] = attrs.field(factory=dict)
     support_code: int | None = None
     support_last_update: int | None = None
+    #: kclasync's extra attribute: KB/s this worker could process at 100 % CPU (None: unknown).
+    capacity_kbps: float | None = None
 
     def with_sample(
         self, metric: str, value: float, *, maximum: int = 100, keep: int = DEFAULT_SAMPLES_KEPT
@@ -160,7 +169,21 @@ def encode_item(metrics: WorkerMetrics) -> Item:
         item[SUPPORT_CODE] = {"N": str(metrics.support_code)}
     if metrics.support_last_update is not None:
         item[SUPPORT_LAST_UPDATE] = {"N": str(metrics.support_last_update)}
+    if metrics.capacity_kbps is not None:
+        item[CAPACITY] = {"N": _num(metrics.capacity_kbps)}
     return item
+
+
+def _capacity(item: Item) -> float | None:
+    """The advisory ``cap`` attribute: a positive finite number, else None."""
+    attr = item.get(CAPACITY)
+    if not isinstance(attr, dict):
+        return None
+    try:
+        value = float(attr.get("N"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value > 0 else None
 
 
 def _num(value: float) -> str:
@@ -229,6 +252,7 @@ def decode_item(item: Item) -> WorkerMetrics:
         },
         support_code=None if support is None else int(support),
         support_last_update=None if support_at is None else int(support_at),
+        capacity_kbps=_capacity(item),
     )
 
 

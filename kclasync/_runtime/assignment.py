@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from typing import TYPE_CHECKING
@@ -36,7 +37,7 @@ from kclasync._core.assignment_decisions import (
 )
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.held_lease import HeldState
-from kclasync._core.kcl3_decider import is_balancing_run, plan_kcl3
+from kclasync._core.kcl3_decider import Kcl3Settings, is_balancing_run, plan_kcl3
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.load_assignment import FleetSnapshot, Plan
 from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
@@ -64,6 +65,8 @@ class LeaderAssignment:
         interval: float,
         registry: WorkerRegistry | None,
         rng: random.Random,
+        balancer: BalancerSettings | None = None,
+        kcl3: Kcl3Settings | None = None,
     ) -> None:
         if not policy.leader_based:
             raise ValueError(f"{policy.value} is not a leader-based assignment mode")
@@ -73,6 +76,8 @@ class LeaderAssignment:
         self.interval = interval
         self.registry = registry
         self._rng = rng
+        self.balancer = balancer or BalancerSettings()
+        self.kcl3 = kcl3 or Kcl3Settings()
         self.expiry: ExpiryTracker = holder.taking.expiry
         self._workers = ExpiryTracker(holder.presence.tracker.failover_time)
         self.streak = FailureStreak()
@@ -83,6 +88,9 @@ class LeaderAssignment:
         #: The last snapshot and plan (for the CLI, tests and the simulation report).
         self.last_snapshot: FleetSnapshot | None = None
         self.last_plan: Plan = Plan()
+        #: The elector's term this loop last ran in, and when (loop clock) it first ran in it.
+        self._term = -1
+        self._term_started = 0.0
 
     # -- the worker metrics ----------------------------------------------------------------
 
@@ -108,13 +116,15 @@ class LeaderAssignment:
 
     # -- one run ---------------------------------------------------------------------------
 
-    def plan(self, snapshot: FleetSnapshot) -> Plan:
+    def plan(self, snapshot: FleetSnapshot, *, watched_enough: bool = True) -> Plan:
         if self.policy is LeaseTakerKind.KCL3:
-            balance = is_balancing_run(self.runs + 1)
-            return plan_kcl3(snapshot, balance=balance, seed=self._rng.getrandbits(32))
-        if not may_rebalance(snapshot, bool(self.last_plan.moves)):
-            return plan_load_aware(snapshot, BalancerSettings(max_moves=0))
-        return plan_load_aware(snapshot)
+            balance = is_balancing_run(self.runs + 1, self.kcl3)
+            return plan_kcl3(
+                snapshot, balance=balance, settings=self.kcl3, seed=self._rng.getrandbits(32)
+            )
+        if not may_rebalance(snapshot, bool(self.last_plan.moves), watched_enough=watched_enough):
+            return plan_load_aware(snapshot, dataclasses.replace(self.balancer, max_moves=0))
+        return plan_load_aware(snapshot, self.balancer)
 
     async def run_once(self) -> Plan:
         """One assignment run: scan, plan, write. Raises AdapterError when the scan or the
@@ -127,7 +137,10 @@ class LeaderAssignment:
         self._holder.taking.live_workers = frozenset(live)
         self._holder.taking.last_scan = scan.leases
         snapshot = fleet_snapshot(scan.leases, worker_loads(live, metrics), self.expiry, now)
-        plan = self.plan(snapshot)
+        if self._elector.terms != self._term:
+            self._term, self._term_started = self._elector.terms, now
+        watched = now - self._term_started >= self._holder.failover_time
+        plan = self.plan(snapshot, watched_enough=watched)
         self.runs += 1
         self.last_snapshot, self.last_plan = snapshot, plan
         writes = leader_writes(plan, {lease.key: lease for lease in scan.leases})
@@ -265,6 +278,8 @@ def assignment_tasks(
     discovery_interval: float,
     registry: WorkerRegistry | None,
     rng: random.Random,
+    balancer: BalancerSettings | None = None,
+    kcl3: Kcl3Settings | None = None,
 ) -> tuple[LeaderAssignment, AssignmentDiscovery]:
     return (
         LeaderAssignment(
@@ -274,6 +289,8 @@ def assignment_tasks(
             interval=interval,
             registry=registry,
             rng=rng,
+            balancer=balancer,
+            kcl3=kcl3,
         ),
         AssignmentDiscovery(holder=holder, interval=discovery_interval),
     )

@@ -72,6 +72,7 @@ class LeaseCoordinator:
         wall_clock: Callable[[], float] | None = None,
         cpu_reader: CpuReader | None = None,
         max_cpu_percent: int = 100,
+        capacity_kbps: float | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -93,6 +94,8 @@ class LeaseCoordinator:
             on_corrupt=metrics.corrupt_worker_entries.labels(*self.labels).set,
             cpu=cpu_reader,
             max_cpu_percent=max_cpu_percent,
+            capacity_kbps=capacity_kbps,
+            processed_kbps=self.processed_kbps,
         )
         #: The taking rounds (scan, plan, take, steal) that feed ``held``.
         self.taking = LeaseTaking(
@@ -122,6 +125,15 @@ class LeaseCoordinator:
 
     def now(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+
+    def processed_kbps(self) -> float:
+        """The throughput (``throughputKBps`` as last written) of the leases this worker
+        processes: active ones and those it is still handing away, not incoming ones."""
+        return sum(
+            held.lease.throughput_kbps or 0.0
+            for held in self.held.values()
+            if held.state in (HeldState.ACTIVE, HeldState.OUTGOING)
+        )
 
     def update_gauge(self) -> None:
         self.metrics.leases_held.labels(*self.labels).set(len(self.held))

@@ -216,6 +216,7 @@ class Worker:
             wall_clock=wall_clock,
             cpu_reader=cpu_reader,
             max_cpu_percent=cfg.max_cpu_percent,
+            capacity_kbps=cfg.worker_capacity_kbps,
         )
         self.elector = LeaderElector(
             store=locks,
@@ -266,6 +267,8 @@ class Worker:
                 discovery_interval=cfg.effective_discovery_interval,
                 registry=self.registry,
                 rng=spec.rng,
+                balancer=cfg.balancer_settings(),
+                kcl3=cfg.kcl3_settings(),
             )
 
     def fail(self, exc: BaseException) -> None:

@@ -3,9 +3,11 @@
 Owns: writing this worker's entry each report period (``lut`` from the injected wall clock: the
 runtime's only wall-clock read, so a simulation passes its virtual clock), reading every entry
 for the taking rounds, sampling this worker's CPU each report (when a source exists; none
-means no CPU metric, as the Java worker does), judging liveness there from changes of ``lut``
-stamped on the loop clock (``core.expiry``, exactly like lease expiry), logging each
-unreadable entry once and counting them, and leaving the registry on a graceful stop.
+means no CPU metric, as the Java worker does), reporting this worker's capacity (configured,
+or estimated from its CPU against the throughput it processes: ``CapacityEstimator``), judging
+liveness there from changes of ``lut`` stamped on the loop clock (``core.expiry``, exactly like
+lease expiry), logging each unreadable entry once and counting them, and leaving the registry
+on a graceful stop.
 Must not: decide assignment, write to the lease table, or read the wall clock any other way.
 """
 
@@ -15,9 +17,11 @@ import logging
 from collections.abc import Callable
 
 import aiohttp
+import attrs
 
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.worker_registry import WorkerRegistry
+from kclasync._core.capacity import CapacityEstimator
 from kclasync._core.cpu_usage import CpuStatsError
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease import Lease
@@ -38,6 +42,8 @@ class WorkerPresence:
         on_corrupt: Callable[[int], None] | None = None,
         cpu: CpuReader | None = None,
         max_cpu_percent: int = 100,
+        capacity_kbps: float | None = None,
+        processed_kbps: Callable[[], float] | None = None,
     ) -> None:
         self.registry = registry
         self.worker_id = worker_id
@@ -52,6 +58,12 @@ class WorkerPresence:
         self.reports = 0
         self.cpu = cpu
         self.max_cpu_percent = max_cpu_percent
+        #: A configured capacity (KB/s at 100 % CPU) is reported as is; without one, the estimate
+        #: from the CPU samples and ``processed_kbps`` (the throughput of the leases this worker
+        #: processes) is, once there is one.
+        self.capacity_kbps = capacity_kbps
+        self._processed_kbps = processed_kbps
+        self.capacity = CapacityEstimator()
         #: The entry as last built: its CPU samples are the last ones kept (oldest first).
         self.last_entry = WorkerMetrics(worker_id=worker_id, last_update=0)
 
@@ -69,7 +81,13 @@ class WorkerPresence:
         """This worker's entry as of now (sampling the CPU when there is a source)."""
         entry = self.last_entry.reported_at(self._wall_clock())
         if self.cpu is not None:
-            entry = entry.with_sample(CPU, await self._cpu_sample(), maximum=self.max_cpu_percent)
+            sample = await self._cpu_sample()
+            entry = entry.with_sample(CPU, sample, maximum=self.max_cpu_percent)
+            if self.capacity_kbps is None and self._processed_kbps is not None and sample >= 0:
+                estimate = self.capacity.update(self._processed_kbps(), sample)
+                entry = attrs.evolve(entry, capacity_kbps=estimate)
+        if self.capacity_kbps is not None:
+            entry = attrs.evolve(entry, capacity_kbps=self.capacity_kbps)
         self.last_entry = entry
         return entry
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.memory import (
     FaultPlan,
     MemoryCoordinatorState,
@@ -64,6 +65,8 @@ class Fleet:
         self.startup_failures = 0
         #: Delayed worker starts not yet done.
         self.restarts: set[asyncio.Task[None]] = set()
+        #: Load scenarios: the CPU source of each new worker (None: no CPU metric).
+        self.cpu_reader_for: Callable[[SimWorker], CpuReader] | None = None
 
     def live_workers(self) -> list[SimWorker]:
         return [w for w in self.workers if w.alive and not w.stopping]
@@ -88,6 +91,7 @@ class Fleet:
             lease_taker=self.taker,
             coordinator_state=self.locks.shared(),
             rng=random.Random(self.rng_workers.getrandbits(64)),
+            cpu_reader=self.cpu_reader_for(worker) if self.cpu_reader_for is not None else None,
         )
         self.workers.append(worker)
         worker.task = asyncio.create_task(self._run_worker(worker), name=f"worker {name}")

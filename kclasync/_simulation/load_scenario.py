@@ -3,7 +3,7 @@ capacity, joins, leaves and a leader crash, run on one seed for several assignme
 
 Owns: the scenario's timeline (``LoadScenario``), the Zipf throughput per shard (re-ranked at
 each traffic change), the CPU model (utilisation = throughput processed / capacity + noise,
-reported into an in-memory ``WorkerRegistry`` in the KCL 3.x format), the utilisation samples
+sampled by each worker's own registry report as its CPU reader), the utilisation samples
 and the settle times after each change, and the comparison table (``compare_policies``).
 Must not: decide assignments (the workers' own ``Consumer`` does) or check protocol invariants
 (``invariants`` does); it only drives and measures.
@@ -18,9 +18,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
+from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._core.held_lease import HeldState
-from kclasync._core.worker_metrics import CPU, WorkerMetrics
 from kclasync._simulation.clock import run_virtual
 from kclasync._simulation.harness import Simulation
 from kclasync._simulation.report import SimulationReport
@@ -38,6 +37,10 @@ class ScenarioResult:
     policy: str
     max_over_mean: float
     settle_seconds: tuple[float | None, ...]
+    #: Per change: the leader's assignment runs until settled (None: never, or no leader loop).
+    settle_runs: tuple[int | None, ...]
+    #: Per change window: (mean, worst) of max/mean utilisation over the window's samples.
+    window_ratios: tuple[tuple[float, float], ...]
     changes: tuple[str, ...]
     leases_moved: int
     report: SimulationReport
@@ -53,6 +56,23 @@ def zipf_rates(shards: Sequence[str], rng: random.Random, *, s: float = 1.2) -> 
     return {shard: 20.0 * r / median for shard, r in zip(order, raw, strict=True)}
 
 
+class _ModelCpu:
+    """A simulated worker's CPU reader (the runtime samples it with each registry report)."""
+
+    source = "load scenario CPU model"
+
+    def __init__(self, scenario: LoadScenario, worker: SimWorker) -> None:
+        self._scenario = scenario
+        self._worker = worker
+
+    async def sample(self) -> float:
+        util = self._scenario.utilisation(self._worker)
+        return min(100.0, max(0.0, util + self._scenario.noise.gauss(0.0, 1.5)))
+
+    async def close(self) -> None:
+        return None
+
+
 class LoadScenario:
     """Drives one ``Simulation``: traffic changes, a join, a graceful leave, a leader crash."""
 
@@ -61,16 +81,16 @@ class LoadScenario:
         self.rng = random.Random(seed)
         self.noise = random.Random(seed + 1)
         self.change_every = change_every
-        self.registry = MemoryWorkerMetrics()
         self.rates: dict[str, float] = {}
         self.samples: list[tuple[float, float]] = []  # (time, max/mean)
         self.spread: list[tuple[float, bool]] = []  # (time, every worker within the band)
+        self.run_marks: list[tuple[float, int]] = []  # (time, assignment runs so far, fleet-wide)
         self.changes: list[tuple[str, float]] = []
-        self.cpu_history: dict[str, list[float]] = {}
         self.capacity: dict[str, float] = {}
         self.owners: dict[str, str | None] = {}
         self.moves = 0
         sim.lease_throughput = self.lease_throughput  # type: ignore[attr-defined]
+        sim.fleet.cpu_reader_for = self.cpu_reader
 
     def lease_throughput(self, key: str) -> float:
         return self.rates.get(key, 0.0)
@@ -87,41 +107,32 @@ class LoadScenario:
             self.capacity[worker.name] = CAPACITIES[len(self.capacity) % len(CAPACITIES)]
         return self.capacity[worker.name]
 
+    def processed_kbps(self, worker: SimWorker) -> float:
+        """What the worker processes: its active leases and those it is handing away (the old
+        owner works until it lets go), not those still coming in."""
+        consumer = worker.consumer
+        coordinator = consumer._coordinator if consumer is not None else None
+        if coordinator is None:
+            return 0.0
+        return sum(
+            self.rates.get(k, 0.0)
+            for k, h in coordinator.held.items()
+            if h.state in (HeldState.ACTIVE, HeldState.OUTGOING)
+        )
+
+    def utilisation(self, worker: SimWorker) -> float:
+        """The CPU model, noise-free: throughput processed / capacity, in percent."""
+        return 100.0 * self.processed_kbps(worker) / self._capacity(worker)
+
+    def cpu_reader(self, worker: SimWorker) -> CpuReader:
+        """The worker's CPU source: the model plus Gaussian noise (sd 1.5 points), 0-100."""
+        return _ModelCpu(self, worker)
+
     async def _measure(self, period: float) -> None:
         while True:
             t = now()
-            utils: dict[str, float] = {}
-            for w in self._workers():
-                consumer = w.consumer
-                if consumer is None:
-                    continue
-                # What the worker processes: its active leases and those it is handing away
-                # (the old owner works until it lets go), not those still coming in.
-                coordinator = getattr(consumer, "_coordinator", None)
-                held = coordinator.held if coordinator is not None else {}
-                processed = sum(
-                    self.rates.get(k, 0.0)
-                    for k, h in held.items()
-                    if h.state in (HeldState.ACTIVE, HeldState.OUTGOING)
-                )
-                util = 100.0 * processed / self._capacity(w)
-                utils[w.name] = util
-                noisy = max(0.0, util + self.noise.gauss(0.0, 1.5))
-                hist = self.cpu_history.setdefault(w.name, [])
-                hist.append(round(noisy, 2))
-                del hist[:-10]
-                await self.registry.report(
-                    WorkerMetrics(
-                        worker_id=w.name,
-                        last_update=int(t),
-                        metric_stats={CPU: tuple(hist)},
-                        operating_range={CPU: (100,)},
-                    )
-                )
-                worker = getattr(consumer, "_worker", None)
-                assignment = getattr(worker, "assignment", None)
-                if assignment is not None and assignment.registry is None:
-                    assignment.registry = self.registry
+            utils = {w.name: self.utilisation(w) for w in self._workers() if w.consumer}
+            self.run_marks.append((t, self._assignment_runs()))
             for key, lease in self.sim.table.leases.items():
                 before = self.owners.get(key)
                 if before is not None and lease.owner is not None and before != lease.owner:
@@ -134,6 +145,20 @@ class LoadScenario:
                     within = all(abs(u - mean) <= SETTLE_BAND * mean for u in utils.values())
                     self.spread.append((t, within))
             await asyncio.sleep(period)
+
+    def _assignment_runs(self) -> int:
+        """Leader assignment runs completed by every worker so far (crashed ones included)."""
+        total = 0
+        for w in self.sim.fleet.workers:
+            worker = w.consumer._worker if w.consumer is not None else None
+            if worker is not None and worker.assignment is not None:
+                total += worker.assignment.runs
+        return total
+
+    def _runs_between(self, start: float, end: float) -> int:
+        before = [n for t, n in self.run_marks if t <= start]
+        upto = [n for t, n in self.run_marks if t <= end]
+        return (upto[-1] if upto else 0) - (before[-1] if before else 0)
 
     def _leader(self) -> SimWorker | None:
         for w in self._workers():
@@ -173,11 +198,30 @@ class LoadScenario:
         finally:
             measure.cancel()
 
+    def window_ratios(self, end: float) -> tuple[tuple[float, float], ...]:
+        """Max/mean utilisation over time: per change window, its mean and its worst."""
+        bounds = [t for _, t in self.changes] + [end]
+        out: list[tuple[float, float]] = []
+        for i in range(len(self.changes)):
+            window = [r for t, r in self.samples if bounds[i] <= t < bounds[i + 1]]
+            if window:
+                out.append((sum(window) / len(window), max(window)))
+            else:
+                out.append((float("nan"), float("nan")))
+        return tuple(out)
+
     def settle_times(self, end: float) -> tuple[float | None, ...]:
         """Seconds from each change until every worker stays within the band (to the next
         change); None when it never did."""
-        out: list[float | None] = []
+        return tuple(settled for settled, _ in self.settling(end))
+
+    def settling(self, end: float) -> tuple[tuple[float | None, int | None], ...]:
+        """Per change: seconds until every worker stays within the band (to the next change),
+        and the leader's assignment runs from the change up to then (None without a leader's
+        loop); (None, None) when it never settled."""
+        out: list[tuple[float | None, int | None]] = []
         bounds = [t for _, t in self.changes] + [end]
+        leader_based = self.sim.settings.taker in ("kcl3", "load")
         for i, (_, start) in enumerate(self.changes):
             window = [(t, ok) for t, ok in self.spread if bounds[i] <= t < bounds[i + 1]]
             settled: float | None = None
@@ -186,7 +230,11 @@ class LoadScenario:
                     settled = t
                 elif not ok:
                     settled = None
-            out.append(None if settled is None else settled - start)
+            if settled is None:
+                out.append((None, None))
+            else:
+                runs = self._runs_between(start, settled) if leader_based else None
+                out.append((settled - start, runs))
         return tuple(out)
 
 
@@ -200,6 +248,8 @@ def run_load_scenario(settings: SimulationSettings, *, change_every: float) -> S
             policy=settings.taker,
             max_over_mean=sum(ratios) / len(ratios) if ratios else float("nan"),
             settle_seconds=scenario.settle_times(now()),
+            window_ratios=scenario.window_ratios(now()),
+            settle_runs=tuple(runs for _, runs in scenario.settling(now())),
             changes=tuple(name for name, _ in scenario.changes),
             leases_moved=scenario.moves,
             report=report,
@@ -234,6 +284,8 @@ def compare_policies(
 
 
 def format_comparison(results: Sequence[ScenarioResult]) -> str:
+    """Two Markdown tables: settling, moves and lease-table calls per policy; then max/mean
+    utilisation over time (mean and worst in each change window)."""
     if not results:
         return ""
     changes = results[0].changes
@@ -242,8 +294,8 @@ def format_comparison(results: Sequence[ScenarioResult]) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         settle = " | ".join(
-            "never" if s is None else f"{s:.0f} s ({s / r.interval:.1f} runs)"
-            for s in r.settle_seconds
+            "never" if s is None else f"{s:.0f} s" + ("" if n is None else f" ({n} runs)")
+            for s, n in zip(r.settle_seconds, r.settle_runs, strict=True)
         )
         rep = r.report
         lines.append(
@@ -252,6 +304,11 @@ def format_comparison(results: Sequence[ScenarioResult]) -> str:
             f"({rep.lease_items_scanned_per_lease_hour:.0f}) | "
             f"{rep.lease_writes_per_lease_hour:.0f} |"
         )
+    head = "| policy (max/mean util: mean / worst) | " + " | ".join(f"after {c}" for c in changes)
+    lines += ["", head + " |", "|" + "---|" * (len(changes) + 1)]
+    for r in results:
+        cells = " | ".join(f"{mean:.2f} / {worst:.2f}" for mean, worst in r.window_ratios)
+        lines.append(f"| {r.policy} | {cells} |")
     return "\n".join(lines)
 
 

@@ -122,11 +122,14 @@ class SimLeaseStore(MemoryLeaseStore):
         return stored
 
     async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
-        # Load scenarios: the simulated shard throughput goes with the renewal when the runtime
-        # does not supply one (the renewal's own throughputKBps write comes from the coordinator).
-        if throughput_kbps is None:
-            rate = getattr(self.worker.sim, "lease_throughput", None)
-            throughput_kbps = rate(lease.key) if rate is not None else None
+        # Load scenarios: the simulated records are few and small, so the throughput written
+        # with the renewal is the scenario's rate for the shard, folded into the lease's EMA the
+        # way the coordinator folds delivered bytes (alpha 0.5 per renewal).
+        rate = getattr(self.worker.sim, "lease_throughput", None)
+        if rate is not None:
+            kbps = float(rate(lease.key))
+            previous = lease.throughput_kbps
+            throughput_kbps = kbps if previous is None else 0.5 * kbps + 0.5 * previous
         return await super().renew_lease(lease, throughput_kbps)
 
     async def delete_lease(self, lease: Lease) -> bool:

@@ -96,6 +96,25 @@ def test_hot_lease_is_exchanged_when_no_single_move_helps() -> None:
     )
 
 
+def test_a_hot_lease_on_a_small_worker_is_exchanged_for_several_light_ones() -> None:
+    # w1 (1000 KB/s) carries only the hot lease: 10 %; w2 (2000 KB/s) ten light ones: 5 %.
+    # Moving the hot lease alone leaves w2 at 10 %; giving it for six light ones: 6 % / 7 %.
+    light = tuple(LeaseLoad(f"l{i}", "w2", 10.0) for i in range(10))
+    leases = (LeaseLoad("hot", "w1", 100.0), *light)
+    workers = (
+        WorkerLoad("w1", cpu_percent=10.0, capacity_kbps=1000.0),
+        WorkerLoad("w2", cpu_percent=5.0, capacity_kbps=2000.0),
+    )
+    plan = plan_load_aware(FleetSnapshot(leases, workers))
+    owners = {lease.key: lease.owner for lease in leases}
+    for move in plan.moves:
+        owners[move.lease_key] = move.to_worker
+    assert owners["hot"] == "w2"
+    back = sorted(key for key, owner in owners.items() if owner == "w1")
+    assert len(back) == 6, plan.moves
+    assert len(plan.moves) == 7
+
+
 def test_a_move_in_handoff_is_not_planned_twice() -> None:
     # w1 still shows the CPU of the lease it is handing to w2; counting it at w2 balances.
     leases = (

@@ -38,6 +38,7 @@ def test_workers_prints_metrics_throughput_and_counts(
                     last_update=1700000000,
                     metric_stats={"C": (10.0, 55.5)},
                     operating_range={"C": (80,)},
+                    capacity_kbps=2500.0,
                 )
             )
 
@@ -48,6 +49,6 @@ def test_workers_prints_metrics_throughput_and_counts(
     code = main([*args, "--region", "us-east-1"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert re.search(r"w1\s+2\s+120\.5\s+-\s+-", out), out
-    assert re.search(r"w2\s+1\s+7\.0\s+55\.5/80\s+1700000000", out), out
+    assert re.search(r"w1\s+2\s+120\.5\s+-\s+-\s+-", out), out
+    assert re.search(r"w2\s+1\s+7\.0\s+55\.5/80\s+2500\.0\s+1700000000", out), out
     assert "2 workers, 3 leases owned, 1 unowned" in out

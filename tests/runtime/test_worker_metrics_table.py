@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from kclasync._adapters.dynamodb import DynamoLeaseStore
@@ -32,6 +33,14 @@ async def registry_contract(registry: WorkerRegistry) -> None:
     listed = await registry.list_workers()
     assert sorted(listed.entries, key=lambda e: e.worker_id) == [a2, wm.WorkerMetrics("b", 1001)]
     assert listed.corrupt == ()
+    # The capacity (kclasync's extra ``cap`` attribute) is written, and dropped once unknown.
+    await registry.report(attrs.evolve(wm.WorkerMetrics("c", 1002), capacity_kbps=1500.0))
+    entries = {e.worker_id: e for e in (await registry.list_workers()).entries}
+    assert entries["c"].capacity_kbps == 1500.0
+    await registry.report(wm.WorkerMetrics("c", 1003))
+    entries = {e.worker_id: e for e in (await registry.list_workers()).entries}
+    assert entries["c"].capacity_kbps is None
+    await registry.remove("c")
     await registry.remove("a")
     await registry.remove("a")  # already gone: fine
     assert [e.worker_id for e in (await registry.list_workers()).entries] == ["b"]

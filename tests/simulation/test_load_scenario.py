@@ -19,4 +19,4 @@ def test_small_load_scenario_keeps_the_invariants_for_every_policy() -> None:
         assert len(r.settle_seconds) == len(r.changes)
         assert r.max_over_mean >= 1.0
     table = format_comparison(results)
-    assert table.count("\n") == 4 and "| load |" in table
+    assert table.count("\n") == 10 and table.count("| load |") == 2

@@ -1,0 +1,131 @@
+"""A worker's capacity estimate, its reporting in the KCL 3.x entry, and the leader's use of it."""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+import pytest
+
+from kclasync._config import ConsumerConfig
+from kclasync._core import worker_metrics as wm
+from kclasync._core.assignment_decisions import may_rebalance, worker_loads
+from kclasync._core.capacity import CapacityEstimator
+from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
+from kclasync.errors import ConfigError
+
+
+def test_nothing_is_reported_before_enough_steady_samples() -> None:
+    est = CapacityEstimator(min_samples=3)
+    assert est.update(300.0, 10.0) is None  # no previous period: not known to be steady
+    assert est.update(300.0, 10.0) is None
+    assert est.update(300.0, 10.0) is None
+    assert est.update(300.0, 10.0) == pytest.approx(3000.0)
+
+
+def test_idle_saturated_and_changing_periods_are_skipped() -> None:
+    est = CapacityEstimator(min_samples=1)
+    est.update(100.0, 10.0)
+    assert est.update(100.0, 10.0) == pytest.approx(1000.0)
+    assert est.update(100.0, 2.0) == pytest.approx(1000.0)  # below 5 % CPU
+    assert est.update(100.0, 99.0) == pytest.approx(1000.0)  # saturated
+    assert est.update(200.0, 50.0) == pytest.approx(1000.0)  # leases came: not steady
+    assert est.samples == 1
+
+
+def test_the_reported_value_moves_only_past_the_dead_band() -> None:
+    est = CapacityEstimator(min_samples=1, alpha=1.0, dead_band_percent=5.0)
+    est.update(100.0, 10.0)
+    assert est.update(100.0, 10.0) == pytest.approx(1000.0)
+    assert est.update(100.0, 9.7) == pytest.approx(1000.0)  # 1031: inside the band
+    assert est.update(100.0, 9.0) == pytest.approx(1111.1, rel=1e-3)  # outside: follows
+
+
+def test_noisy_cpu_gives_a_stable_report_near_the_true_capacity() -> None:
+    rng = random.Random(3)
+    est = CapacityEstimator()
+    reported = []
+    for _ in range(400):
+        cpu = 100.0 * 280.0 / 2000.0 + rng.gauss(0.0, 1.5)  # 14 % +- 1.5 points
+        reported.append(est.update(280.0, cpu))
+    tail = [r for r in reported[100:] if r is not None]
+    assert all(abs(r - 2000.0) < 0.08 * 2000.0 for r in tail)
+    assert len(set(tail)) <= 4  # the dead band keeps the leader's input still
+
+
+def test_capacity_is_an_extra_attribute_the_kcl_fields_stay_as_they_are() -> None:
+    entry = wm.WorkerMetrics(
+        "w1", 100, metric_stats={wm.CPU: (12.5,)}, operating_range={wm.CPU: (80,)}
+    )
+    plain = wm.encode_item(entry)
+    item = wm.encode_item(attrs.evolve(entry, capacity_kbps=2500.0))
+    assert item["cap"] == {"N": "2500.0"}
+    assert {k: v for k, v in item.items() if k != "cap"} == plain
+    assert wm.decode_item(item).capacity_kbps == 2500.0
+    assert wm.decode_item(plain).capacity_kbps is None
+
+
+@pytest.mark.parametrize(
+    "bad", [{"N": "-3"}, {"N": "0"}, {"N": "x"}, {"S": "2"}, {"N": "Infinity"}]
+)
+def test_an_unusable_capacity_reads_as_none_not_as_a_corrupt_entry(bad: dict[str, str]) -> None:
+    item = wm.encode_item(wm.WorkerMetrics("w1", 100))
+    item["cap"] = bad
+    assert wm.decode_item(item).capacity_kbps is None
+
+
+def test_the_leader_takes_each_workers_reported_capacity() -> None:
+    entry = wm.WorkerMetrics(
+        "w1",
+        1,
+        metric_stats={wm.CPU: (20.0,)},
+        operating_range={wm.CPU: (90,)},
+        capacity_kbps=700.0,
+    )
+    loads = worker_loads({"w1", "w2"}, {"w1": entry}, capacities={"w2": 50.0})
+    assert [(w.worker_id, w.capacity_kbps) for w in loads] == [("w1", 700.0), ("w2", 50.0)]
+
+
+def test_with_capacities_every_run_may_move_but_not_before_the_leader_has_watched() -> None:
+    busy = (LeaseLoad("a", "w2", checkpoint_owner="w1"),)
+    known = FleetSnapshot(
+        busy, (WorkerLoad("w1", 5.0, capacity_kbps=1.0), WorkerLoad("w2", 5.0, capacity_kbps=2.0))
+    )
+    partly = FleetSnapshot(busy, (WorkerLoad("w1", 5.0, capacity_kbps=1.0), WorkerLoad("w2", 5.0)))
+    assert may_rebalance(known, moved_last_run=True)
+    assert not may_rebalance(partly, moved_last_run=False)
+    assert not may_rebalance(known, moved_last_run=False, watched_enough=False)
+
+
+def test_planner_settings_are_consumer_settings() -> None:
+    cfg = ConsumerConfig(
+        rebalance_threshold_percent=20,
+        rebalance_target_percent=8,
+        rebalance_min_gain_percent=2,
+        max_moves_per_assignment=4,
+        dampening_percent=80,
+        variance_balancing_frequency=2,
+        worker_capacity_kbps=1500,
+    )
+    b, k = cfg.balancer_settings(), cfg.kcl3_settings()
+    assert (b.trigger_percent, b.target_percent, b.min_gain_percent, b.max_moves) == (20, 8, 2, 4)
+    assert (k.rebalance_threshold_percent, k.dampening_percent) == (20, 80)
+    assert k.variance_balancing_frequency == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("rebalance_target_percent", {"rebalance_target_percent": 15}),
+        ("rebalance_threshold_percent", {"rebalance_threshold_percent": 0}),
+        ("rebalance_min_gain_percent", {"rebalance_min_gain_percent": -1}),
+        ("max_moves_per_assignment", {"max_moves_per_assignment": 0}),
+        ("dampening_percent", {"dampening_percent": 101}),
+        ("variance_balancing_frequency", {"variance_balancing_frequency": 1.5}),
+        ("worker_capacity_kbps", {"worker_capacity_kbps": float("inf")}),
+    ],
+)
+def test_bad_planner_settings_name_the_field(field: str, kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigError) as err:
+        ConsumerConfig(**kwargs)  # type: ignore[arg-type]
+    assert err.value.field == field
