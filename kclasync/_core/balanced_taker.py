@@ -53,8 +53,9 @@ How the plan is made (``BalancedLeaseTaker.fleet_plan``):
    idle worker whose registry entry has not expired yet, or one seen only by a newcomer). A
    lease that is available, planned for another worker, and that this worker has seen unchanged
    for more than ``rescue_after`` x the failover time, i.e. a whole taker round after the plan
-   should have moved it, is taken by this worker too. Plans disagree only there; the
-   conditional write lets one taker win, and a later round evens the loads out again.
+   should have moved it, is taken by this worker too (not a lease pinned to a named worker).
+   Plans disagree only there; the conditional write lets one taker win, and a later round
+   evens the loads out again.
 
 The steal budget caps how many leases each worker steals per round. It comes from
 ``view.max_leases_to_steal`` unless ``steal_budget`` overrides it. The KCL default of 1 turns this
@@ -221,6 +222,8 @@ class BalancedLeaseTaker:
                 if worker != view.worker_id
                 for lease in leases
                 if view.expiry.unchanged_for(lease, view.now) > limit
+                # A lease pinned to a named worker waits for that worker.
+                and not (lease.sticky_mode is StickyMode.PINNED and lease.sticky_worker)
             ),
             key=_lease_order,
         )

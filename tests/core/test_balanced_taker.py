@@ -399,6 +399,14 @@ def test_a_lease_the_plan_gives_to_a_silent_worker_is_rescued_a_round_later() ->
     assert never.plan(view, random.Random(0)).empty
     capped = view_for("w0", table, tracker, now=later, live=registry, cap=2)
     assert UNLIMITED.plan(capped, random.Random(0)).empty
+    # A lease pinned to a named worker is never rescued: it waits for that worker.
+    named = attrs.evolve(mk("free", sticky=STICKY_PINNED), sticky_worker="ghost")
+    table, tracker = snapshot(held, stale=[named])
+    table = renew(table, ["w0"])
+    tracker.observe(table, now=later)
+    view = view_for("w0", table, tracker, now=later, live=registry)
+    assert [lease.key for lease in UNLIMITED.fleet_plan(view).takes["ghost"]] == ["free"]
+    assert UNLIMITED.plan(view, random.Random(0)).empty
 
 
 def test_unchanged_for_counts_from_the_first_scan_that_saw_the_current_state() -> None:
