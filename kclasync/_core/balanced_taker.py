@@ -48,7 +48,6 @@ How the plan is made (``BalancedLeaseTaker.fleet_plan``):
    from the victim that currently holds the most (its stealable leases in key order) and given to
    the worker still furthest below its target, until every worker reaches its target or the steal
    budget runs out. No victim goes below its own target; no worker goes above its own.
-
 6. Rescue (``rescue_after``, default 2): a plan can still name a worker that is not running (an
    idle worker whose registry entry has not expired yet, or one seen only by a newcomer). A
    lease that is available, planned for another worker, and that this worker has seen unchanged
@@ -123,6 +122,8 @@ class BalancedLeaseTaker:
     ``FROM_VIEW`` (the default) for ``view.max_leases_to_steal``.
     ``take_expired_pinned``: take a pinned lease whose owner let it expire (off by default: a
     pinned shard waits for its owner, or for someone to change its ``Sticky`` value).
+    ``rescue_after``: take a lease planned for another worker once this worker has seen it
+    unchanged for this many failover times (step 6 of the module doc); ``None``: never.
     """
 
     steal_budget: int | FromView | None = FROM_VIEW
