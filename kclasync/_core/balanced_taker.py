@@ -16,11 +16,12 @@ How the plan is made (``BalancedLeaseTaker.fleet_plan``):
    plus every owner of a lease that has not expired, plus this worker. Without a registry, only
    the owners of unexpired leases and this worker: idle workers then cannot see each other, and
    their plans may overlap (the conditional write settles it; the next round finishes the job).
-   Minus every worker, this one included, that owns an expired lease and no unexpired one: the
-   table shows it stopped. The registry lags behind the table (an entry counts for the worker
-   timeout, failover + 1 s by default, after its last change, and a worker that has just joined
-   counts every entry for that long), so without this rule a crashed worker's own expired leases
-   were planned back to it and waited a round or more (an 8.1 x failover in the seed sweep).
+   Minus every worker, this one included, that owns an expired lease (not one in a graceful
+   handoff) and no unexpired one: the table shows it stopped. The registry lags behind the
+   table (an entry counts for the worker timeout, failover + 1 s by default, after its last
+   change, and a worker that has just joined counts every entry for that long), so without
+   this rule a crashed worker's own expired leases were planned back to it and waited a round
+   or more (an 8.1 x failover in the seed sweep).
    Such a worker takes part again in the round after, once its lapsed leases moved on.
 2. The pool: leases that are not finished (SHARD_END) and not being released (Sticky=20). A lease
    held by a live worker counts toward its load; an unowned or expired lease is available. A
@@ -245,10 +246,14 @@ def _live_workers(
         live |= view.live_workers
     # A worker whose every assignable lease lapsed is not running as far as the table shows,
     # whatever the registry (which lags the lease table by up to a worker timeout) says.
+    # A lease in a graceful handoff (checkpoint_owner set) is no such evidence: the new owner
+    # waits for the old one to finish and does not renew it meanwhile.
     gone = {
         lease.owner
         for lease in lapsed
-        if lease.owner is not None and is_assignable(lease, view.worker_id)
+        if lease.owner is not None
+        and lease.checkpoint_owner is None
+        and is_assignable(lease, view.worker_id)
     }
     return live - (gone - holding)
 

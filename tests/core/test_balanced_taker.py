@@ -372,6 +372,11 @@ def test_a_registered_worker_whose_leases_all_lapsed_is_left_out() -> None:
     result = simulate_round(table, tracker, ["w0", "w1"], UNLIMITED, live=registry)
     assert result.conflicts == 0
     assert sorted(loads(result.table, ["w0", "w1"]).values()) == [4, 5]
+    # A lease in a graceful handoff is no evidence: its new owner waits for the old one.
+    handing = [attrs.evolve(lease, checkpoint_owner="w1") for lease in orphans]
+    table, tracker = snapshot(alive, stale=handing)
+    fleet = UNLIMITED.fleet_plan(view_for("w0", table, tracker, live=registry))
+    assert fleet.live_workers == ("dead", "w0", "w1")
     # A worker that owns a lapsed lease but also renews another one still counts.
     partly = [*alive, mk("d-fresh", "dead")]
     table, tracker = snapshot(partly, stale=orphans)
