@@ -16,6 +16,13 @@ How the plan is made (``BalancedLeaseTaker.fleet_plan``):
    plus every owner of a lease that has not expired, plus this worker. Without a registry, only
    the owners of unexpired leases and this worker: idle workers then cannot see each other, and
    their plans may overlap (the conditional write settles it; the next round finishes the job).
+   Minus every worker, this one included, that owns an expired lease (not one in a graceful
+   handoff) and no unexpired one: the table shows it stopped. The registry lags behind the
+   table (an entry counts for the worker timeout, failover + 1 s by default, after its last
+   change, and a worker that has just joined counts every entry for that long), so without
+   this rule a crashed worker's own expired leases were planned back to it and waited a round
+   or more (an 8.1 x failover in the seed sweep).
+   Such a worker takes part again in the round after, once its lapsed leases moved on.
 2. The pool: leases that are not finished (SHARD_END) and not being released (Sticky=20). A lease
    held by a live worker counts toward its load; an unowned or expired lease is available. A
    pinned lease (Sticky=10) is never stolen, and an expired pinned lease is not taken either
@@ -42,6 +49,13 @@ How the plan is made (``BalancedLeaseTaker.fleet_plan``):
    from the victim that currently holds the most (its stealable leases in key order) and given to
    the worker still furthest below its target, until every worker reaches its target or the steal
    budget runs out. No victim goes below its own target; no worker goes above its own.
+6. Rescue (``rescue_after``, default 2): a plan can still name a worker that is not running (an
+   idle worker whose registry entry has not expired yet, or one seen only by a newcomer). A
+   lease that is available, planned for another worker, and that this worker has seen unchanged
+   for more than ``rescue_after`` x the failover time, i.e. a whole taker round after the plan
+   should have moved it, is taken by this worker too (not a lease pinned to a named worker).
+   Plans disagree only there; the conditional write lets one taker win, and a later round
+   evens the loads out again.
 
 The steal budget caps how many leases each worker steals per round. It comes from
 ``view.max_leases_to_steal`` unless ``steal_budget`` overrides it. The KCL default of 1 turns this
@@ -109,10 +123,13 @@ class BalancedLeaseTaker:
     ``FROM_VIEW`` (the default) for ``view.max_leases_to_steal``.
     ``take_expired_pinned``: take a pinned lease whose owner let it expire (off by default: a
     pinned shard waits for its owner, or for someone to change its ``Sticky`` value).
+    ``rescue_after``: take a lease planned for another worker once this worker has seen it
+    unchanged for this many failover times (step 6 of the module doc); ``None``: never.
     """
 
     steal_budget: int | FromView | None = FROM_VIEW
     take_expired_pinned: bool = False
+    rescue_after: float | None = 2.0
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.steal_budget, int) and self.steal_budget < 0:
@@ -120,21 +137,22 @@ class BalancedLeaseTaker:
 
     def plan(self, view: TakeView, rng: random.Random) -> TakePlan:
         """This worker's part of the fleet plan. ``rng`` is unused: see the module docstring."""
-        return self.fleet_plan(view).for_worker(view.worker_id)
+        fleet = self.fleet_plan(view)
+        plan = fleet.for_worker(view.worker_id)
+        rescued = self._rescued(view, fleet)
+        if rescued:
+            plan = TakePlan(take=(*plan.take, *rescued), steal=plan.steal)
+        return plan
 
     def fleet_plan(self, view: TakeView) -> FleetPlan:
-        live = {view.worker_id}
-        if view.live_workers is not None:
-            live |= view.live_workers
         current: list[tuple[str, Lease]] = []  # owned and not expired
         lapsed: list[Lease] = []  # unowned, or owned and expired
         for lease in view.leases:
             if lease.owner is not None and not view.expiry.is_expired(lease, view.now):
-                # Any unexpired lease shows that its owner is heartbeating, even a finished one.
-                live.add(lease.owner)
                 current.append((lease.owner, lease))
             else:
                 lapsed.append(lease)
+        live = _live_workers(view, current, lapsed)
 
         held: dict[str, list[Lease]] = {worker: [] for worker in live}
         for owner, lease in current:
@@ -192,6 +210,52 @@ class BalancedLeaseTaker:
             takes={worker: tuple(leases) for worker, leases in takes.items()},
             steals={worker: tuple(leases) for worker, leases in steals.items()},
         )
+
+    def _rescued(self, view: TakeView, fleet: FleetPlan) -> tuple[Lease, ...]:
+        """Step 6 of the module doc: leases planned for other workers that expired so long ago
+        that the plan evidently did not get them taken."""
+        if self.rescue_after is None:
+            return ()
+        limit = self.rescue_after * view.expiry.failover_time
+        rescued = sorted(
+            (
+                lease
+                for worker, leases in fleet.takes.items()
+                if worker != view.worker_id
+                for lease in leases
+                if view.expiry.unchanged_for(lease, view.now) > limit
+                # A lease pinned to a named worker waits for that worker.
+                and not (lease.sticky_mode is StickyMode.PINNED and lease.sticky_worker)
+            ),
+            key=_lease_order,
+        )
+        if view.max_leases_for_worker is not None:
+            load = fleet.loads.get(view.worker_id, 0) + len(fleet.takes.get(view.worker_id, ()))
+            rescued = rescued[: max(0, view.max_leases_for_worker - load)]
+        return tuple(rescued)
+
+
+def _live_workers(
+    view: TakeView, current: list[tuple[str, Lease]], lapsed: list[Lease]
+) -> set[str]:
+    """Step 1 of the module doc: who takes part in this round's plan."""
+    # Any unexpired lease shows that its owner is heartbeating, even a finished one.
+    holding = {owner for owner, _ in current}
+    live = {view.worker_id} | holding
+    if view.live_workers is not None:
+        live |= view.live_workers
+    # A worker whose every assignable lease lapsed is not running as far as the table shows,
+    # whatever the registry (which lags the lease table by up to a worker timeout) says.
+    # A lease in a graceful handoff (checkpoint_owner set) is no such evidence: the new owner
+    # waits for the old one to finish and does not renew it meanwhile.
+    gone = {
+        lease.owner
+        for lease in lapsed
+        if lease.owner is not None
+        and lease.checkpoint_owner is None
+        and is_assignable(lease, view.worker_id)
+    }
+    return live - (gone - holding)
 
 
 def _lease_order(lease: Lease) -> str:

@@ -25,6 +25,8 @@ class _Seen:
     counter: int
     owner: str | None
     stamp: float
+    #: When this worker first saw the current counter and owner (also for an unowned lease).
+    since: float
 
 
 @attrs.define
@@ -48,11 +50,12 @@ class ExpiryTracker:
         seen = self._seen.get(lease.key)
         if seen is None:
             stamp = NEVER if lease.owner is None else now
-            self._seen[lease.key] = _Seen(lease.counter, lease.owner, stamp)
+            self._seen[lease.key] = _Seen(lease.counter, lease.owner, stamp, now)
         elif seen.counter != lease.counter or seen.owner != lease.owner:
             seen.counter = lease.counter
             seen.owner = lease.owner
             seen.stamp = NEVER if lease.owner is None else now
+            seen.since = now
 
     def last_change(self, key: str) -> float | None:
         seen = self._seen.get(key)
@@ -73,3 +76,11 @@ class ExpiryTracker:
         if lease.owner is None or seen is None:
             return float("inf") if lease.owner is None else 0.0
         return now - seen.stamp
+
+    def unchanged_for(self, lease: Lease, now: float) -> float:
+        """Seconds since this worker first saw the lease as it is now (same counter and owner),
+        for an unowned lease too; 0 for a lease it has not seen so."""
+        seen = self._seen.get(lease.key)
+        if seen is None or seen.counter != lease.counter or seen.owner != lease.owner:
+            return 0.0
+        return now - seen.since

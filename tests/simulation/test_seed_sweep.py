@@ -39,10 +39,11 @@ def test_a_sweep_of_seeds_has_no_violation_and_no_runtime_error(taker: str) -> N
     assert len(summary.failovers) > SEEDS_PER_TAKER
     median, _, worst = summary.failover_stats()
     assert median is not None and worst is not None
-    # Every failover completed. Its distribution is reported (docs/simulation.md), not bounded
-    # here: at six times the fault rate the balanced taker's worst case reached 8.1 x (seed
-    # 20062), which is recorded as an open finding rather than hidden behind a loose bound.
+    # Every failover completed, within a protocol bound: measured max 3.2 x (kcl2) and 2.9 x
+    # (balanced) over these seeds (docs/simulation.md); the bound is the documented "within
+    # 4 x in every seed swept". The balanced taker once reached 8.1 x here (seed 20062).
     assert sum(r.failovers_pending for r in summary.results) == 0, summary.format()
+    assert worst < 4, summary.format()
 
 
 def test_a_runtime_error_fails_the_sweep() -> None:

@@ -12,6 +12,9 @@ from collections.abc import Iterator
 import attrs
 import pytest
 
+from kclasync._core import balanced_taker
+from kclasync._core.lease import Lease
+from kclasync._core.lease_taker import TakeView
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._simulation import SimulationSettings, format_report, run_simulation
 from kclasync._simulation.faults import ALL_FAULTS
@@ -109,3 +112,42 @@ RECONCILE_SEED = SimulationSettings(
 def test_regression_reconciled_renewal_is_not_fresh_seed_1() -> None:
     report = run_simulation(RECONCILE_SEED, wall_limit=120)
     assert report.violation_count == 0, format_report(report)
+
+
+#: Found by the CI seed sweep (seed 20062, balanced taker, six-fold fault rate): a crashed
+#: worker's expired lease waited 8.1 x the failover time, because every plan handed it to a
+#: worker the registry still listed but that was not running (the crashed owner itself, or a
+#: worker that had crashed holding nothing). Not a violation, a slow failover.
+SLOW_FAILOVER_SEED = SimulationSettings(
+    workers=3,
+    shards=6,
+    hours=0.05,
+    seed=20062,
+    faults=ALL_FAULTS,
+    fault_rate=6.0,
+    taker="balanced",
+)
+
+
+def test_regression_balanced_failover_waits_for_no_dead_worker_seed_20062() -> None:
+    report = run_simulation(SLOW_FAILOVER_SEED, wall_limit=120)
+    assert report.violation_count == 0, format_report(report)
+    assert report.failovers >= 5 and report.failovers_pending == 0
+    assert report.failover_max is not None and report.failover_max < 3, format_report(report)
+
+
+def test_regression_slow_failover_is_seen_without_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Take out the fix (lapsed workers counted live from the registry, no rescue)."""
+
+    def old_live(view: TakeView, current: list[tuple[str, Lease]], lapsed: list[Lease]) -> set[str]:
+        live = {view.worker_id} | {owner for owner, _ in current}
+        return live | (view.live_workers or frozenset())
+
+    monkeypatch.setattr(balanced_taker, "_live_workers", old_live)
+    monkeypatch.setattr(
+        SimulationSettings,
+        "lease_taker",
+        lambda self: balanced_taker.BalancedLeaseTaker(steal_budget=None, rescue_after=None),
+    )
+    report = run_simulation(SLOW_FAILOVER_SEED, wall_limit=120)
+    assert report.failover_max is not None and report.failover_max > 5, format_report(report)
