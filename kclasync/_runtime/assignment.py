@@ -240,11 +240,25 @@ class AssignmentDiscovery:
             return True
         return await holder.taking.take_assigned(lease)
 
+    async def refresh_liveness(self) -> None:
+        """While a lease waits for its old owner to finish a handoff, keep the view of live
+        workers current: it decides whether to wait for the handoff timeout (a live old owner,
+        a Java worker checkpointing in ``shutdownRequested``) or only for the failover time (a
+        dead one). The taker rounds that refresh it in the other modes do not run here."""
+        holder = self._holder
+        if not any(h.state is HeldState.INCOMING for h in holder.held.values()):
+            return
+        try:
+            holder.taking.live_workers = await holder.presence.live_workers(holder.now())
+        except AdapterError as exc:
+            log.info("reading the worker registry failed (keeping the last view): %s", exc)
+
     async def run(self, wake: asyncio.Event | None = None) -> None:
         while True:
             started = self._holder.now()
             try:
                 await self.discover_once()
+                await self.refresh_liveness()
             except AdapterError as exc:
                 log.info("assignment discovery failed: %s", exc)
             delay = max(0.0, self.interval - (self._holder.now() - started))
