@@ -175,3 +175,23 @@ async def test_a_new_leader_resumes_from_the_table_and_waits_for_expiry() -> Non
     assert not (await leader.run_once()).all  # not judged expired on first sight
     assert table.leases["s0"].owner == "gone"
     del a
+
+
+async def test_a_follower_keeps_the_old_owners_liveness_current_while_a_handoff_waits() -> None:
+    # No taker rounds run in the leader-based modes: without this refresh a live old owner
+    # (a Java worker checkpointing in shutdownRequested) looked dead and was cut off after the
+    # failover time instead of being given the handoff timeout.
+    table = MemoryLeaseTable()
+    b = coordinator("b", table)
+    old_owner = coordinator("java-1", table)
+    await old_owner.presence.report()
+    discovery = AssignmentDiscovery(holder=b, interval=3.0)
+    await discovery.refresh_liveness()
+    assert b.taking.live_workers == {"b"}  # nothing incoming: the registry is not read
+    assert "list_workers" not in b.presence.registry.calls  # type: ignore[attr-defined]
+    await b.store.create_lease(Lease(key="s0"))
+    table.leases["s0"] = Lease(key="s0", owner="b", counter=3, checkpoint_owner="java-1")
+    assert await discovery.discover_once() == ["s0"]
+    assert b.held["s0"].state is HeldState.INCOMING
+    await discovery.refresh_liveness()
+    assert b.taking.live_workers == {"b", "java-1"}
