@@ -5,7 +5,9 @@ Owns: ``LeaderAssignment`` (while this worker holds the leader lock: every assig
 one lease-table scan plus the worker metrics, a plan, and the plan's conditional writes;
 three failed runs in a row give the lock up) and ``AssignmentDiscovery`` (every worker: query
 the owner index for leases under its id, read the new ones strongly, and take them or hold them
-as incoming handoffs). The decisions are ``kclasync._core.assignment_decisions`` and the
+as incoming handoffs; delete finished leases assigned to it once their children have started,
+as a Java worker does with the ones a KCL 3.x leader gives it). The decisions are
+``kclasync._core.assignment_decisions`` and the
 planners; holding and renewing is the lease coordinator's job.
 Must not: decide what to assign or what a listed lease means, or read any clock but the
 coordinator's.
@@ -38,6 +40,7 @@ from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.held_lease import HeldState
 from kclasync._core.kcl3_decider import is_balancing_run, plan_kcl3
 from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.lease_cleanup import ready_for_deletion
 from kclasync._core.load_assignment import FleetSnapshot, Plan
 from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
 from kclasync._core.worker_metrics import WorkerMetrics
@@ -199,6 +202,7 @@ class AssignmentDiscovery:
         self.queries += 1
         keys = await self.store.lease_keys_of(me)
         acquired: list[str] = []
+        finished: list[Lease] = []
         for key in keys:
             if key in holder.held or holder.taking.is_excluded(key) or not holder.taking.enabled:
                 continue
@@ -208,12 +212,34 @@ class AssignmentDiscovery:
             except CorruptLeaseError as exc:
                 log.error("%s; this lease is skipped until it is repaired", exc)
                 continue
+            if lease is not None and lease.owner == me and lease.is_finished:
+                finished.append(lease)
             step = follower_step(me, lease, key in holder.held)
             if lease is None or step is FollowerStep.SKIP:
                 continue
             if await self._apply(step, lease):
                 acquired.append(key)
+        if finished:
+            await self.settle_finished(finished)
         return acquired
+
+    async def settle_finished(self, finished: list[Lease]) -> list[str]:
+        """Finished (SHARD_END) leases a leader assigned to this worker. A KCL 3.x leader
+        assigns them like any other until the worker holding one deletes it (the Java worker's
+        own lease cleanup); left alone they expire and are assigned again at every run. Delete
+        those whose children have all started (``core.lease_cleanup.ready_for_deletion``, the
+        leader's rule); the others stay, as the lineage's tombstone, for a later round."""
+        scan = await self.store.list_leases()
+        by_key = {lease.key: lease for lease in scan.leases}
+        deleted: list[str] = []
+        for lease in finished:
+            current = by_key.get(lease.key)
+            if current is None or current.owner != self._holder.worker_id:
+                continue
+            if ready_for_deletion(current, by_key) and await self.store.delete_lease(current):
+                log.info("deleted finished lease %s assigned to this worker", current.key)
+                deleted.append(current.key)
+        return deleted
 
     async def _apply(self, step: FollowerStep, lease: Lease) -> bool:
         holder = self._holder

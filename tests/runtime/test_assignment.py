@@ -195,3 +195,37 @@ async def test_a_follower_keeps_the_old_owners_liveness_current_while_a_handoff_
     assert b.held["s0"].state is HeldState.INCOMING
     await discovery.refresh_liveness()
     assert b.taking.live_workers == {"b", "java-1"}
+
+
+async def test_a_finished_lease_assigned_to_a_follower_is_deleted_once_its_children_started() -> (
+    None
+):
+    # A KCL 3.x leader assigns SHARD_END leases like any other; skipped, they would expire and
+    # be assigned again at every run.
+    table = MemoryLeaseTable()
+    b = coordinator("b", table)
+    for key in ("p", "c1", "c2"):
+        await b.store.create_lease(Lease(key=key))
+    end = Checkpoint("SHARD_END")
+    table.leases["p"] = Lease(
+        key="p", owner="b", counter=4, checkpoint=end, child_shard_ids=frozenset({"c1", "c2"})
+    )
+    table.leases["c1"] = Lease(
+        key="c1",
+        owner="java-1",
+        counter=2,
+        checkpoint=Checkpoint("9"),
+        parent_shard_ids=frozenset({"p"}),
+    )
+    table.leases["c2"] = Lease(key="c2", counter=0, parent_shard_ids=frozenset({"p"}))
+    discovery = AssignmentDiscovery(holder=b, interval=3.0)
+    assert await discovery.discover_once() == [] and "p" in table.leases  # c2 not started
+    table.leases["c2"] = Lease(
+        key="c2",
+        owner="java-1",
+        counter=1,
+        checkpoint=Checkpoint("3"),
+        parent_shard_ids=frozenset({"p"}),
+    )
+    assert await discovery.discover_once() == []
+    assert "p" not in table.leases and "p" not in b.held
