@@ -222,7 +222,7 @@ async def story_one_until_java_leader_killed(s: Story) -> Callable[[], Any]:
 
     # Mixed fleet, Java first: the Java leader assigns to a kclasync worker that has a CPU
     # source (which leaves CPU out of its entry while java-1 reports none).
-    producer = s.producer(20)
+    producer = s.producer(100)
     joined = s.kclasync("py-c")
     await wait_until(lambda: "py-c" in owners(s).values(), 60, "the Java leader to assign py-c")
     since = time.time()
@@ -261,7 +261,7 @@ async def story_two(s: Story) -> None:
     aws = s.aws
     await aws.create_stream(4)
     s.watch.start()
-    producer = s.producer(20)
+    producer = s.producer(100)
     py_x = s.kclasync("py-x")
     await wait_until(lambda: leader(s) == "py-x", 30, "py-x to lead")
     py_w = s.kclasync("py-w")
