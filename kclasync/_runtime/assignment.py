@@ -244,6 +244,32 @@ class AssignmentDiscovery:
     async def _apply(self, step: FollowerStep, lease: Lease) -> bool:
         holder = self._holder
         sent = holder.now()
+        if step is FollowerStep.INCOMING and not await holder.presence.is_kclasync(
+            lease.checkpoint_owner
+        ):
+            # A Java KCL old owner renews the lease while it drains and makes its final
+            # checkpoint under the lease counter: a write of ours would make it lose the lease
+            # before that checkpoint. Watch the lease instead until it lets go.
+            if lease.key in holder.held:
+                return False
+            held = HeldLease(
+                lease=lease,
+                renewed_at=sent,
+                state=HeldState.INCOMING,
+                since=sent,
+                watch_only=True,
+                progress_at=sent,
+            )
+            holder.held[lease.key] = held
+            holder.update_gauge()
+            log.info(
+                "worker %s takes over lease %s once %s (another implementation) has "
+                "checkpointed; not writing it until then",
+                holder.worker_id,
+                lease.key,
+                lease.checkpoint_owner,
+            )
+            return True
         if step is FollowerStep.INCOMING:
             # One fenced write of our own (a renewal: counter+1 on owner = us) before holding it,
             # so the time we count from is a write we made, not a read.

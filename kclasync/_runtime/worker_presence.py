@@ -111,6 +111,20 @@ class WorkerPresence:
         self.reporting_cpu = allowed
         return entry if allowed else entry.without(CPU)
 
+    async def is_kclasync(self, worker_id: str | None) -> bool:
+        """Whether ``worker_id``'s registry entry carries the kclasync marker (the registry is
+        re-read when the last read is older than ``FLEET_REFRESH``). An unknown worker counts
+        as another implementation."""
+        now = self._wall_clock()
+        if self._fleet_read_at is None or now - self._fleet_read_at >= FLEET_REFRESH:
+            try:
+                await self._read_fleet(now)
+            except AdapterError as exc:
+                log.info("reading the worker registry failed (keeping the last view): %s", exc)
+        return any(
+            e.worker_id == worker_id and e.implementation == KCLASYNC for e in self._fleet
+        )
+
     async def _read_fleet(self, now: float) -> tuple[WorkerMetrics, ...]:
         decoded = await self.registry.list_workers()
         self._report_corrupt([str(exc) for exc in decoded.corrupt])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+import attrs
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -229,3 +230,28 @@ async def test_a_finished_lease_assigned_to_a_follower_is_deleted_once_its_child
     )
     assert await discovery.discover_once() == []
     assert "p" not in table.leases and "p" not in b.held
+
+
+async def test_a_handoff_from_a_java_owner_is_watched_without_writing_until_it_lets_go() -> None:
+    # The Java old owner renews and makes its final checkpoint under the lease counter: any
+    # counter write of the new owner would make it lose the lease before that checkpoint.
+    table = MemoryLeaseTable()
+    b = coordinator("b", table)
+    await b.presence.report()  # b's entry is marked kclasync; java-1 has none of ours
+    await b.store.create_lease(Lease(key="s0"))
+    table.leases["s0"] = Lease(key="s0", owner="b", counter=5, checkpoint_owner="java-1")
+    discovery = AssignmentDiscovery(holder=b, interval=3.0)
+    assert await discovery.discover_once() == ["s0"]
+    assert b.held["s0"].state is HeldState.INCOMING and b.held["s0"].watch_only
+    await b.renew_all()
+    assert table.leases["s0"].counter == 5  # not written
+    table.leases["s0"] = attrs.evolve(table.leases["s0"], counter=6)  # the old owner renews
+    await b.renew_all()
+    assert table.leases["s0"].counter == 6 and b.held["s0"].state is HeldState.INCOMING
+    # The old owner checkpoints and lets go: checkpointOwner removed, counter + 1.
+    table.leases["s0"] = attrs.evolve(
+        table.leases["s0"], counter=7, checkpoint=Checkpoint("42"), checkpoint_owner=None
+    )
+    await b.renew_all()
+    assert b.held["s0"].state is HeldState.ACTIVE and table.leases["s0"].counter == 8
+    assert b.held["s0"].lease.checkpoint == Checkpoint("42")
