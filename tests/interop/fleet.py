@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import pathlib
@@ -279,19 +280,40 @@ def ping_pong(changes: Mapping[str, list[str]]) -> dict[str, list[str]]:
     return {k: v for k, v in changes.items() if len(set(v)) < len(v)}
 
 
-def overlap_seconds(deliveries: Iterable[Delivery], since: float, until: float) -> dict[str, float]:
-    """Per shard, how long the two implementations' delivery spans in the window overlap."""
-    spans: dict[tuple[str, bool], list[float]] = {}
+def owner_change_times(
+    samples: Iterable[Sample], since: float, until: float
+) -> dict[str, list[float]]:
+    """Per lease, when the watch saw its owner change within the window."""
+    out: dict[str, list[float]] = {}
+    last: dict[str, str | None] = {}
+    for s in samples:
+        for key, owner in s.owners.items():
+            if key in last and owner != last[key] and since <= s.at <= until:
+                out.setdefault(key, []).append(s.at)
+            last[key] = owner
+    return out
+
+
+def unexplained_switches(
+    deliveries: Iterable[Delivery],
+    changes: Mapping[str, list[float]],
+    since: float,
+    until: float,
+    window: float,
+) -> dict[str, list[float]]:
+    """Moments a shard's records went from one implementation to the other with no owner
+    change of its lease within ``window`` seconds: both processing the shard."""
+    by_shard: dict[str, list[Delivery]] = {}
     for d in deliveries:
-        if since <= d.at <= until:
-            key = (d.shard, d.who.startswith("java"))
-            span = spans.setdefault(key, [d.at, d.at])
-            span[0], span[1] = min(span[0], d.at), max(span[1], d.at)
-    out: dict[str, float] = {}
-    for (shard, is_java), (lo, hi) in spans.items():
-        other = spans.get((shard, not is_java))
-        if is_java and other is not None:
-            out[shard] = max(0.0, min(hi, other[1]) - max(lo, other[0]))
+        by_shard.setdefault(d.shard, []).append(d)
+    out: dict[str, list[float]] = {}
+    for shard, ds in by_shard.items():
+        ds.sort(key=lambda d: d.at)
+        for a, b in itertools.pairwise(ds):
+            switched = a.who.startswith("java") != b.who.startswith("java")
+            near = any(abs(b.at - c) <= window for c in changes.get(shard, []))
+            if switched and since <= b.at <= until and not near:
+                out.setdefault(shard, []).append(b.at)
     return out
 
 

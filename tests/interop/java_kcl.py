@@ -48,11 +48,6 @@ FAST_PROPERTIES: Mapping[str, str] = {
     "shutdownGraceMillis": "5000",
     "workerMetricsReporterFreqInMillis": "2000",
     "inMemoryWorkerMetricsCaptureFrequencyMillis": "500",
-    # The scenarios' load is tiny (100 records/s over four shards): its per-second throughput
-    # samples vary by more than the default 10 % between assignment runs, and the leader would
-    # move leases back and forth on that noise alone (observed: the same two workers' ratios
-    # swung between 0.39 and 1.61 within a minute).
-    "reBalanceThresholdPercentage": "30",
 }
 
 
