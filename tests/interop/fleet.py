@@ -280,15 +280,14 @@ def ping_pong(changes: Mapping[str, list[str]]) -> dict[str, list[str]]:
     return {k: v for k, v in changes.items() if len(set(v)) < len(v)}
 
 
-def owner_change_times(
-    samples: Iterable[Sample], since: float, until: float
-) -> dict[str, list[float]]:
-    """Per lease, when the watch saw its owner change within the window."""
+def owner_change_times(samples: Iterable[Sample]) -> dict[str, list[float]]:
+    """Per lease, when the watch saw its owner change (a handoff that began just before a
+    window still explains the switch just after its start)."""
     out: dict[str, list[float]] = {}
     last: dict[str, str | None] = {}
     for s in samples:
         for key, owner in s.owners.items():
-            if key in last and owner != last[key] and since <= s.at <= until:
+            if key in last and owner != last[key]:
                 out.setdefault(key, []).append(s.at)
             last[key] = owner
     return out

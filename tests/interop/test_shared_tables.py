@@ -211,7 +211,7 @@ async def mixed_fleet(story: Story, scenario: str, since: float, leader_log: str
         if leader_log.format(key=key, worker=owner) not in logs
     ]
     assert not by_follower, (scenario, "moves no leader made", by_follower)
-    changes = owner_change_times(story.watch.samples, since, until)
+    changes = owner_change_times(story.watch.samples)
     both = unexplained_switches(story.deliveries(), changes, since, until, FAILOVER + 2.0)
     assert not both, (scenario, "read by both implementations", both)
     story.mixed.append(
