@@ -45,7 +45,9 @@ FAST_PROPERTIES: Mapping[str, str] = {
     "shardSyncIntervalMillis": "5000",
     "idleTimeBetweenReadsInMillis": "200",
     "parentShardPollIntervalMillis": "1000",
-    "shutdownGraceMillis": "5000",
+    # A graceful stop in the middle of shard ends needs more than 5 s; past this the daemon
+    # exits without releasing its leases and the leader lock.
+    "shutdownGraceMillis": "20000",
     "workerMetricsReporterFreqInMillis": "2000",
     "inMemoryWorkerMetricsCaptureFrequencyMillis": "500",
 }
@@ -142,7 +144,7 @@ class JavaKcl:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def stop(self, *, kill: bool = False, grace: float = 20.0) -> int | None:
+    def stop(self, *, kill: bool = False, grace: float = 45.0) -> int | None:
         """SIGTERM (the daemon's graceful shutdown) or SIGKILL; SIGKILL after ``grace`` anyway.
         The processor children share the JVM's process group and are stopped with it."""
         proc, self._proc = self._proc, None
