@@ -319,9 +319,16 @@ async def story_two(s: Story) -> None:
     s.row("kclasync leader SIGKILL -> Java takes lock", delivered(py_side), allowed, killed)
     s.rows[-1].until_read = round(took - killed, 1)
 
-    # Java -> kclasync after a graceful stop, in the middle of a reshard.
+    # Java -> kclasync after a graceful stop, during a reshard: Java finishes the parents and
+    # starts the children, kclasync finishes the children. (Stopped while the children's
+    # processors are still starting, the 3.1.3 daemon's graceful shutdown waits for them until
+    # shutdownGraceMillis runs out and exits without releasing anything: observed twice.)
     lineage = await reshard(aws)  # while Java reads alone
     await s.produce(400)
+    await wait_until(
+        lambda: set(lineage) <= {d.shard for d in java.deliveries()}, 60, "Java to read children"
+    )
+    await s.produce(300)
     java.stop()
     stopped = time.time()
     assert (await s.watch.sample()).leader is None  # deleted on a graceful stop
