@@ -300,8 +300,10 @@ def unexplained_switches(
     until: float,
     window: float,
 ) -> dict[str, list[float]]:
-    """Moments a shard's records went from one implementation to the other with no owner
-    change of its lease within ``window`` seconds: both processing the shard."""
+    """Moments a shard's records went from one implementation to the other without an owner
+    change of its lease that the old side followed within ``window`` seconds (its last record
+    before the switch no later than ``window`` after the change, the change no later than
+    ``window`` after the new side's first record): both processing the shard."""
     by_shard: dict[str, list[Delivery]] = {}
     for d in deliveries:
         by_shard.setdefault(d.shard, []).append(d)
@@ -310,7 +312,7 @@ def unexplained_switches(
         ds.sort(key=lambda d: d.at)
         for a, b in itertools.pairwise(ds):
             switched = a.who.startswith("java") != b.who.startswith("java")
-            near = any(abs(b.at - c) <= window for c in changes.get(shard, []))
+            near = any(a.at <= c + window and c <= b.at + window for c in changes.get(shard, []))
             if switched and since <= b.at <= until and not near:
                 out.setdefault(shard, []).append(b.at)
     return out
