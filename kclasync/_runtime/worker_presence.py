@@ -121,9 +121,7 @@ class WorkerPresence:
                 await self._read_fleet(now)
             except AdapterError as exc:
                 log.info("reading the worker registry failed (keeping the last view): %s", exc)
-        return any(
-            e.worker_id == worker_id and e.implementation == KCLASYNC for e in self._fleet
-        )
+        return any(e.worker_id == worker_id and e.implementation == KCLASYNC for e in self._fleet)
 
     async def _read_fleet(self, now: float) -> tuple[WorkerMetrics, ...]:
         decoded = await self.registry.list_workers()
