@@ -11,8 +11,8 @@ Story 1 (kclasync first, then a Java leader):
 Story 2 (kclasync leads, Java joins):
   two kclasync workers under a producer, one leading -> a Java worker joins: mixed fleet for
   ``MIXED_SECONDS`` -> one kclasync worker stops gracefully, the kclasync leader is killed ->
-  Java takes the lock and the leases -> the stream is split and merged while Java reads alone,
-  Java stops gracefully (deleting the lock) -> a kclasync worker leads at once and finishes.
+  Java takes the lock and the leases -> Java stops gracefully (deleting the lock) -> a kclasync
+  worker leads at once and reads the rest.
 
 Records carry (key, counter): lost and reprocessed records are counted exactly. Every duplicate
 must be a record processed after the checkpoint its shard had when its worker was killed; the
@@ -319,16 +319,11 @@ async def story_two(s: Story) -> None:
     s.row("kclasync leader SIGKILL -> Java takes lock", delivered(py_side), allowed, killed)
     s.rows[-1].until_read = round(took - killed, 1)
 
-    # Java -> kclasync after a graceful stop, during a reshard: Java finishes the parents and
-    # starts the children, kclasync finishes the children. (Stopped while the children's
-    # processors are still starting, the 3.1.3 daemon's graceful shutdown waits for them until
-    # shutdownGraceMillis runs out and exits without releasing anything: observed twice.)
-    lineage = await reshard(aws)  # while Java reads alone
+    # Java -> kclasync after a graceful stop. (Not across a reshard: with finished parent
+    # shards still leased, the 3.1.3 daemon's graceful shutdown waits for their processors'
+    # shutdown notification until shutdownGraceMillis runs out and exits without releasing the
+    # leases or deleting the lock, observed three times; the rollback then waits 120 s.)
     await s.produce(400)
-    await wait_until(
-        lambda: set(lineage) <= {d.shard for d in java.deliveries()}, 60, "Java to read children"
-    )
-    await s.produce(300)
     java.stop()
     stopped = time.time()
     assert (await s.watch.sample()).leader is None  # deleted on a graceful stop
@@ -337,8 +332,7 @@ async def story_two(s: Story) -> None:
     last = s.kclasync("py-y")
     await wait_until(lambda: leader(s) == "py-y", 20, "py-y to lead at once")
     await s.all_read("kclasync to finish the parents and read the children")
-    s.row("Java (graceful, mid-reshard) -> kclasync", delivered(java_side), allowed, stopped)
-    assert not children_after_parents(s.deliveries(), lineage)
+    s.row("Java (graceful) -> kclasync", delivered(java_side), allowed, stopped)
     last.stop()
 
 
