@@ -2,9 +2,10 @@
 one-time removal of earlier kclasync registry items from the lease table.
 
 Owns: the DynamoDB calls behind ``WorkerRegistry``: creating the table as the KCL does (HASH
-``wid`` S, PAY_PER_REQUEST), writing an entry with UpdateItem (``lut``, ``sts``, ``opr`` only, so
-attributes a newer KCL adds, such as ``sup``/``slu``, survive), a strongly consistent paged scan,
-and deleting an entry. Item layout: ``core.worker_metrics``.
+``wid`` S, PAY_PER_REQUEST), writing an entry with UpdateItem (``lut``, ``sts``, ``opr`` and
+kclasync's ``impl`` marker only, so attributes a newer KCL adds, such as ``sup``/``slu``,
+survive), a strongly consistent paged scan, and deleting an entry.
+Item layout: ``core.worker_metrics``.
 Must not: decide anything (liveness, validity and the migration's key selection are the core's).
 """
 
@@ -50,6 +51,8 @@ class DynamoWorkerMetrics:
         fields = [wm.LAST_UPDATE, wm.METRIC_STATS, wm.OPERATING_RANGE]
         if wm.CAPACITY in item:
             fields.append(wm.CAPACITY)
+        if wm.IMPLEMENTATION in item:
+            fields.append(wm.IMPLEMENTATION)
         names = {f"#a{i}": f for i, f in enumerate(fields)}
         values = {f":a{i}": item[f] for i, f in enumerate(fields)}
         update = "SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(fields)))

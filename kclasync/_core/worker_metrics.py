@@ -17,6 +17,8 @@ The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against th
 ``sup``   N     (later 3.x) support code for breaking features; read and kept, never needed
 ``slu``   N     (later 3.x) when ``sup`` was last written, epoch seconds
 ``cap``   N     kclasync only: the worker's capacity, KB/s it could process at 100 % CPU
+``impl``  S     kclasync only: ``"kclasync"``. The KCL's reader maps known attributes and
+                ignores the rest; kclasync uses it to tell its own entries from Java ones
 ========  ====  ===========================================================================
 
 ``cap`` is an extra top-level attribute: the KCL 3.x maps the item onto its own bean and ignores
@@ -50,6 +52,9 @@ OPERATING_RANGE = "opr"
 SUPPORT_CODE = "sup"
 SUPPORT_LAST_UPDATE = "slu"
 CAPACITY = "cap"
+IMPLEMENTATION = "impl"
+#: The ``impl`` value of every entry a kclasync worker writes.
+KCLASYNC = "kclasync"
 
 CPU = "C"
 MEMORY = "M"
@@ -95,6 +100,8 @@ class WorkerMetrics:
     support_last_update: int | None = None
     #: kclasync's extra attribute: KB/s this worker could process at 100 % CPU (None: unknown).
     capacity_kbps: float | None = None
+    #: ``"kclasync"`` on a kclasync worker's entry; None on the Java KCL's.
+    implementation: str | None = None
 
     def with_sample(
         self, metric: str, value: float, *, maximum: int = 100, keep: int = DEFAULT_SAMPLES_KEPT
@@ -112,6 +119,14 @@ class WorkerMetrics:
 
     def reported_at(self, now: float) -> WorkerMetrics:
         return attrs.evolve(self, last_update=int(now))
+
+    def without(self, metric: str) -> WorkerMetrics:
+        """A copy that reports nothing for ``metric`` (neither samples nor operating range)."""
+        return attrs.evolve(
+            self,
+            metric_stats={k: v for k, v in self.metric_stats.items() if k != metric},
+            operating_range={k: v for k, v in self.operating_range.items() if k != metric},
+        )
 
 
 def uses_default_metric(metrics: WorkerMetrics) -> bool:
@@ -171,6 +186,8 @@ def encode_item(metrics: WorkerMetrics) -> Item:
         item[SUPPORT_LAST_UPDATE] = {"N": str(metrics.support_last_update)}
     if metrics.capacity_kbps is not None:
         item[CAPACITY] = {"N": _num(metrics.capacity_kbps)}
+    if metrics.implementation is not None:
+        item[IMPLEMENTATION] = {"S": metrics.implementation}
     return item
 
 
@@ -242,6 +259,8 @@ def decode_item(item: Item) -> WorkerMetrics:
         raise CorruptWorkerMetricsError(worker_id, f"no {LAST_UPDATE}")
     support = _number(item, SUPPORT_CODE, worker_id)
     support_at = _number(item, SUPPORT_LAST_UPDATE, worker_id)
+    impl_attr = item.get(IMPLEMENTATION)
+    implementation = impl_attr.get("S") if isinstance(impl_attr, dict) else None
     return WorkerMetrics(
         worker_id=worker_id,
         last_update=int(last_update),
@@ -253,6 +272,7 @@ def decode_item(item: Item) -> WorkerMetrics:
         support_code=None if support is None else int(support),
         support_last_update=None if support_at is None else int(support_at),
         capacity_kbps=_capacity(item),
+        implementation=implementation if isinstance(implementation, str) else None,
     )
 
 
@@ -275,6 +295,38 @@ def decode_items(items: Iterable[Item]) -> DecodedEntries:
         except CorruptWorkerMetricsError as exc:
             corrupt.append(exc)
     return DecodedEntries(tuple(entries), tuple(corrupt))
+
+
+def may_report_metric(
+    entries: Iterable[WorkerMetrics],
+    worker_id: str,
+    now: float,
+    *,
+    present_within: float = 2 * DEFAULT_REPORT_PERIOD,
+) -> bool:
+    """Whether a kclasync worker may report a measured metric (CPU) in its entry.
+
+    A KCL 3.x leader compares each worker only with the workers that report the *same*
+    metrics: its fleet average is taken per metric name, and a worker that reports none (the
+    "default metric") is scored on lease throughput. Mixing the two makes the scores
+    incomparable: a default-metric worker whose leases carry no throughput yet always scores
+    highest (100 % of headroom), and no rebalance ever moves leases from it to a worker that
+    reports CPU. So a CPU-reporting kclasync worker in a fleet of Java workers that report no
+    CPU gets no leases at all (observed with the KCL 3.1.3 jar).
+
+    The rule: report a metric unless a worker of another implementation (an entry without the
+    kclasync marker) that is present (``lut`` within ``present_within`` seconds of ``now``,
+    wall clock, by default the two default KCL report periods after which a Java leader drops
+    it too) reports the default metric. kclasync entries never decide it, so a kclasync-only
+    fleet goes back to CPU once the Java workers have gone."""
+    horizon = now - present_within
+    return not any(
+        e.worker_id != worker_id
+        and e.implementation != KCLASYNC
+        and e.last_update >= horizon
+        and uses_default_metric(e)
+        for e in entries
+    )
 
 
 def live_workers(

@@ -5,7 +5,9 @@ Owns: ``LeaderAssignment`` (while this worker holds the leader lock: every assig
 one lease-table scan plus the worker metrics, a plan, and the plan's conditional writes;
 three failed runs in a row give the lock up) and ``AssignmentDiscovery`` (every worker: query
 the owner index for leases under its id, read the new ones strongly, and take them or hold them
-as incoming handoffs). The decisions are ``kclasync._core.assignment_decisions`` and the
+as incoming handoffs; delete finished leases assigned to it once their children have started,
+as a Java worker does with the ones a KCL 3.x leader gives it). The decisions are
+``kclasync._core.assignment_decisions`` and the
 planners; holding and renewing is the lease coordinator's job.
 Must not: decide what to assign or what a listed lease means, or read any clock but the
 coordinator's.
@@ -39,6 +41,7 @@ from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.held_lease import HeldState
 from kclasync._core.kcl3_decider import Kcl3Settings, is_balancing_run, plan_kcl3
 from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.lease_cleanup import ready_for_deletion
 from kclasync._core.load_assignment import FleetSnapshot, Plan
 from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
 from kclasync._core.worker_metrics import WorkerMetrics
@@ -212,6 +215,7 @@ class AssignmentDiscovery:
         self.queries += 1
         keys = await self.store.lease_keys_of(me)
         acquired: list[str] = []
+        finished: list[Lease] = []
         for key in keys:
             if key in holder.held or holder.taking.is_excluded(key) or not holder.taking.enabled:
                 continue
@@ -221,16 +225,64 @@ class AssignmentDiscovery:
             except CorruptLeaseError as exc:
                 log.error("%s; this lease is skipped until it is repaired", exc)
                 continue
+            if lease is not None and lease.owner == me and lease.is_finished:
+                finished.append(lease)
             step = follower_step(me, lease, key in holder.held)
             if lease is None or step is FollowerStep.SKIP:
                 continue
             if await self._apply(step, lease):
                 acquired.append(key)
+        if finished:
+            await self.settle_finished(finished)
         return acquired
+
+    async def settle_finished(self, finished: list[Lease]) -> list[str]:
+        """Finished (SHARD_END) leases a leader assigned to this worker. A KCL 3.x leader
+        assigns them like any other until the worker holding one deletes it (the Java worker's
+        own lease cleanup); left alone they expire and are assigned again at every run. Delete
+        those whose children have all started (``core.lease_cleanup.ready_for_deletion``, the
+        leader's rule); the others stay, as the lineage's tombstone, for a later round."""
+        scan = await self.store.list_leases()
+        by_key = {lease.key: lease for lease in scan.leases}
+        deleted: list[str] = []
+        for lease in finished:
+            current = by_key.get(lease.key)
+            if current is None or current.owner != self._holder.worker_id:
+                continue
+            if ready_for_deletion(current, by_key) and await self.store.delete_lease(current):
+                log.info("deleted finished lease %s assigned to this worker", current.key)
+                deleted.append(current.key)
+        return deleted
 
     async def _apply(self, step: FollowerStep, lease: Lease) -> bool:
         holder = self._holder
         sent = holder.now()
+        if step is FollowerStep.INCOMING and not await holder.presence.is_kclasync(
+            lease.checkpoint_owner
+        ):
+            # A Java KCL old owner renews the lease while it drains and makes its final
+            # checkpoint under the lease counter: a write of ours would make it lose the lease
+            # before that checkpoint. Watch the lease instead until it lets go.
+            if lease.key in holder.held:
+                return False
+            held = HeldLease(
+                lease=lease,
+                renewed_at=sent,
+                state=HeldState.INCOMING,
+                since=sent,
+                watch_only=True,
+                progress_at=sent,
+            )
+            holder.held[lease.key] = held
+            holder.update_gauge()
+            log.info(
+                "worker %s takes over lease %s once %s (another implementation) has "
+                "checkpointed; not writing it until then",
+                holder.worker_id,
+                lease.key,
+                lease.checkpoint_owner,
+            )
+            return True
         if step is FollowerStep.INCOMING:
             # One fenced write of our own (a renewal: counter+1 on owner = us) before holding it,
             # so the time we count from is a write we made, not a read.
@@ -253,11 +305,25 @@ class AssignmentDiscovery:
             return True
         return await holder.taking.take_assigned(lease)
 
+    async def refresh_liveness(self) -> None:
+        """While a lease waits for its old owner to finish a handoff, keep the view of live
+        workers current: it decides whether to wait for the handoff timeout (a live old owner,
+        a Java worker checkpointing in ``shutdownRequested``) or only for the failover time (a
+        dead one). The taker rounds that refresh it in the other modes do not run here."""
+        holder = self._holder
+        if not any(h.state is HeldState.INCOMING for h in holder.held.values()):
+            return
+        try:
+            holder.taking.live_workers = await holder.presence.live_workers(holder.now())
+        except AdapterError as exc:
+            log.info("reading the worker registry failed (keeping the last view): %s", exc)
+
     async def run(self, wake: asyncio.Event | None = None) -> None:
         while True:
             started = self._holder.now()
             try:
                 await self.discover_once()
+                await self.refresh_liveness()
             except AdapterError as exc:
                 log.info("assignment discovery failed: %s", exc)
             delay = max(0.0, self.interval - (self._holder.now() - started))

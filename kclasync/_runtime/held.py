@@ -33,6 +33,12 @@ class HeldLease:
     bytes_delivered: int = 0
     #: Loop time the last renewal was sent (None until the first one): the EMA's period start.
     throughput_since: float | None = None
+    #: INCOMING from a worker of another implementation (a Java KCL worker): this worker does
+    #: not write the lease until the old owner has finished (the old owner renews and makes its
+    #: final checkpoint under the lease counter); it only reads it.
+    watch_only: bool = False
+    #: Loop time the lease counter was last seen moving (the old owner's renewals).
+    progress_at: float = 0.0
 
     @property
     def key(self) -> str:

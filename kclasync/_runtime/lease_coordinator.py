@@ -205,6 +205,9 @@ class LeaseCoordinator:
                 if outgoing_timed_out(held.since, self.now(), self.handoff_timeout):
                     self._lose(held, "the handoff was not finished in time")
                 return
+            if held.state is HeldState.INCOMING and held.watch_only:
+                await self._watch_incoming(held)
+                return
             sent = self.now()
             verdict: Verdict | None = None
             delivered = held.bytes_delivered
@@ -293,6 +296,47 @@ class LeaseCoordinator:
         log.info("worker %s hands lease %s over to %s", self.worker_id, held.key, current.owner)
         self.listener.lease_stop_requested(held, f"handoff to {current.owner}")
 
+    async def _watch_incoming(self, held: HeldLease) -> None:
+        """An incoming lease whose old owner is of another implementation: read it, never
+        write it, until the old owner has let go (``checkpointOwner`` gone: take it with one
+        fenced renewal) or has stopped renewing it for the failover time, or the handoff
+        timeout is over (force it). Called with ``held.lock`` held."""
+        try:
+            current = await self.store.get_lease(held.key)
+        except (AdapterError, CorruptLeaseError) as exc:
+            log.info("reading the incoming lease %s failed (%s); will retry", held.key, exc)
+            return
+        now = self.now()
+        if current is None or current.owner != self.worker_id:
+            self._lose(held, "assigned elsewhere while waiting for its handoff")
+            return
+        if current.counter != held.lease.counter:
+            held.progress_at = now
+        held.lease = current
+        step = incoming_step(
+            current,
+            since=held.since,
+            now=now,
+            handoff_timeout=self.handoff_timeout,
+            old_owner_live=now - held.progress_at <= self.failover_time,
+            worker_failover=self.failover_time,
+        )
+        if step is IncomingStep.WAIT:
+            return
+        if step is IncomingStep.FORCE:
+            held.watch_only = False
+            await self._force_handoff_locked(held)
+            return
+        try:
+            renewed = await self.store.renew_lease(current)
+        except (AdapterError, CorruptLeaseError) as exc:
+            log.info("taking over %s after its handoff failed (%s); will retry", held.key, exc)
+            return
+        if renewed is None:
+            return  # changed under us: read again at the next renewal
+        held.lease, held.renewed_at, held.watch_only = renewed, now, False
+        self._activate(held, "the old owner finished the handoff")
+
     async def _after_renewal(self, held: HeldLease) -> None:
         lease = held.lease
         if held.state is HeldState.INCOMING:
@@ -325,19 +369,22 @@ class LeaseCoordinator:
 
     async def _force_handoff(self, held: HeldLease) -> None:
         async with held.lock:
-            if held.lost or held.state is not HeldState.INCOMING:
-                return
-            sent = self.now()
-            try:
-                taken = await self.store.take_lease(held.lease, self.worker_id)
-            except (AdapterError, CorruptLeaseError) as exc:
-                log.info("forcing the handoff of %s failed: %s", held.key, exc)
-                return
-            if taken is None:
-                self._lose(held, "the lease changed while waiting for the handoff")
-                return
-            held.lease = taken
-            held.renewed_at = sent
+            await self._force_handoff_locked(held)
+
+    async def _force_handoff_locked(self, held: HeldLease) -> None:
+        if held.lost or held.state is not HeldState.INCOMING:
+            return
+        sent = self.now()
+        try:
+            taken = await self.store.take_lease(held.lease, self.worker_id)
+        except (AdapterError, CorruptLeaseError) as exc:
+            log.info("forcing the handoff of %s failed: %s", held.key, exc)
+            return
+        if taken is None:
+            self._lose(held, "the lease changed while waiting for the handoff")
+            return
+        held.lease = taken
+        held.renewed_at = sent
         log.warning(
             "the old owner of %s did not finish the handoff (dead, or slower than %ss); "
             "taking the lease over",

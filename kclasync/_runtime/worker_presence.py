@@ -3,11 +3,12 @@
 Owns: writing this worker's entry each report period (``lut`` from the injected wall clock: the
 runtime's only wall-clock read, so a simulation passes its virtual clock), reading every entry
 for the taking rounds, sampling this worker's CPU each report (when a source exists; none
-means no CPU metric, as the Java worker does), reporting this worker's capacity (configured,
-or estimated from its CPU against the throughput it processes: ``CapacityEstimator``), judging
-liveness there from changes of ``lut`` stamped on the loop clock (``core.expiry``, exactly like
-lease expiry), logging each unreadable entry once and counting them, and leaving the registry
-on a graceful stop.
+means no CPU metric, as the Java worker does; CPU is also left out while a present Java
+worker reports none, ``core.worker_metrics.may_report_metric``), reporting this worker's
+capacity (configured, or estimated from its CPU against the throughput it processes:
+``CapacityEstimator``), judging liveness there from changes of ``lut`` stamped on the loop
+clock (``core.expiry``, exactly like lease expiry), logging each unreadable entry once and
+counting them, and leaving the registry on a graceful stop.
 Must not: decide assignment, write to the lease table, or read the wall clock any other way.
 """
 
@@ -25,10 +26,20 @@ from kclasync._core.capacity import CapacityEstimator
 from kclasync._core.cpu_usage import CpuStatsError
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease import Lease
-from kclasync._core.worker_metrics import CPU, FAILED_SAMPLE, WorkerMetrics
+from kclasync._core.worker_metrics import (
+    CPU,
+    FAILED_SAMPLE,
+    KCLASYNC,
+    WorkerMetrics,
+    may_report_metric,
+)
 from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync.registry")
+
+#: How often (wall-clock seconds) a worker with a CPU source re-reads the registry to decide
+#: whether to report CPU, when no taking round has read it more recently.
+FLEET_REFRESH = 15.0
 
 
 class WorkerPresence:
@@ -64,8 +75,14 @@ class WorkerPresence:
         self.capacity_kbps = capacity_kbps
         self._processed_kbps = processed_kbps
         self.capacity = CapacityEstimator()
-        #: The entry as last built: its CPU samples are the last ones kept (oldest first).
-        self.last_entry = WorkerMetrics(worker_id=worker_id, last_update=0)
+        #: The entry as last built: its CPU samples are the last ones kept (oldest first),
+        #: also while they are left out of what is written.
+        self.last_entry = WorkerMetrics(worker_id=worker_id, last_update=0, implementation=KCLASYNC)
+        #: The registry as last read, and when (wall clock): decides whether CPU is written.
+        self._fleet: tuple[WorkerMetrics, ...] = ()
+        self._fleet_read_at: float | None = None
+        #: Whether the last entry written carried CPU (None before the first report).
+        self.reporting_cpu: bool | None = None
 
     async def _cpu_sample(self) -> float:
         """This period's CPU utilisation in percent; the failure marker -1 when the source
@@ -78,18 +95,56 @@ class WorkerPresence:
             return FAILED_SAMPLE
 
     async def entry(self) -> WorkerMetrics:
-        """This worker's entry as of now (sampling the CPU when there is a source)."""
-        entry = self.last_entry.reported_at(self._wall_clock())
-        if self.cpu is not None:
-            sample = await self._cpu_sample()
-            entry = entry.with_sample(CPU, sample, maximum=self.max_cpu_percent)
-            if self.capacity_kbps is None and self._processed_kbps is not None and sample >= 0:
-                estimate = self.capacity.update(self._processed_kbps(), sample)
-                entry = attrs.evolve(entry, capacity_kbps=estimate)
+        """This worker's entry as of now (sampling the CPU when there is a source); CPU is
+        left out while a present worker of another implementation reports no metric."""
+        now = self._wall_clock()
+        entry = self.last_entry.reported_at(now)
         if self.capacity_kbps is not None:
             entry = attrs.evolve(entry, capacity_kbps=self.capacity_kbps)
+        if self.cpu is None:
+            self.last_entry = entry
+            return entry
+        sample = await self._cpu_sample()
+        entry = entry.with_sample(CPU, sample, maximum=self.max_cpu_percent)
+        if self.capacity_kbps is None and self._processed_kbps is not None and sample >= 0:
+            estimate = self.capacity.update(self._processed_kbps(), sample)
+            entry = attrs.evolve(entry, capacity_kbps=estimate)
         self.last_entry = entry
-        return entry
+        if self._fleet_read_at is None or now - self._fleet_read_at >= FLEET_REFRESH:
+            try:
+                await self._read_fleet(now)
+            except AdapterError as exc:
+                log.info("reading the worker registry failed (keeping the last view): %s", exc)
+        allowed = may_report_metric(self._fleet, self.worker_id, now)
+        if allowed != self.reporting_cpu and (self.reporting_cpu is not None or not allowed):
+            log.info(
+                "%s CPU in the worker registry: %s",
+                "reporting" if allowed else "not reporting",
+                "no worker of another implementation reports without it"
+                if allowed
+                else "a Java worker there reports no CPU, and a KCL 3.x leader compares "
+                "workers only with those reporting the same metrics",
+            )
+        self.reporting_cpu = allowed
+        return entry if allowed else entry.without(CPU)
+
+    async def is_kclasync(self, worker_id: str | None) -> bool:
+        """Whether ``worker_id``'s registry entry carries the kclasync marker (the registry is
+        re-read when the last read is older than ``FLEET_REFRESH``). An unknown worker counts
+        as another implementation."""
+        now = self._wall_clock()
+        if self._fleet_read_at is None or now - self._fleet_read_at >= FLEET_REFRESH:
+            try:
+                await self._read_fleet(now)
+            except AdapterError as exc:
+                log.info("reading the worker registry failed (keeping the last view): %s", exc)
+        return any(e.worker_id == worker_id and e.implementation == KCLASYNC for e in self._fleet)
+
+    async def _read_fleet(self, now: float) -> tuple[WorkerMetrics, ...]:
+        decoded = await self.registry.list_workers()
+        self._report_corrupt([str(exc) for exc in decoded.corrupt])
+        self._fleet, self._fleet_read_at = decoded.entries, now
+        return decoded.entries
 
     async def close(self) -> None:
         if self.cpu is not None:
@@ -107,12 +162,8 @@ class WorkerPresence:
     async def live_workers(self, now: float) -> frozenset[str]:
         """Read the registry and return the workers whose ``lut`` changed within the worker
         timeout as this worker observed it (this worker always counts)."""
-        decoded = await self.registry.list_workers()
-        self._report_corrupt([str(exc) for exc in decoded.corrupt])
-        entries = [
-            Lease(key=e.worker_id, owner=e.worker_id, counter=e.last_update)
-            for e in decoded.entries
-        ]
+        fleet = await self._read_fleet(self._wall_clock())
+        entries = [Lease(key=e.worker_id, owner=e.worker_id, counter=e.last_update) for e in fleet]
         self.tracker.observe(entries, now)
         live = {e.key for e in entries if not self.tracker.is_expired(e, now)}
         return frozenset(live | {self.worker_id})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from kclasync._core import worker_metrics as wm
@@ -99,3 +100,30 @@ def test_legacy_registry_keys_are_exactly_the_prefixed_ones() -> None:
 def test_an_entry_naming_throughput_is_on_the_default_metric_even_without_a_range() -> None:
     entry = wm.WorkerMetrics("w", 1000, metric_stats={wm.THROUGHPUT_MARKER: (1.0,)})
     assert wm.uses_default_metric(entry) and wm.is_valid(entry)
+
+
+def test_cpu_is_reported_unless_a_present_java_worker_reports_no_metric() -> None:
+    now = 10_000.0
+    java_default = wm.WorkerMetrics(worker_id="java-1", last_update=9_990)
+    java_cpu = java_default.with_sample(wm.CPU, 30.0)
+    ours_default = wm.WorkerMetrics(worker_id="py-2", last_update=9_999, implementation="kclasync")
+    assert wm.may_report_metric([], "py-1", now)
+    # A Java worker scored on throughput: the leader could not compare a CPU report with it.
+    assert not wm.may_report_metric([java_default], "py-1", now)
+    # Java workers that report CPU, kclasync workers without a CPU source: CPU is comparable.
+    assert wm.may_report_metric([java_cpu, ours_default], "py-1", now)
+    # A Java entry older than two default KCL report periods is a worker that has gone.
+    gone = attrs.evolve(java_default, last_update=int(now - 61))
+    assert wm.may_report_metric([gone, ours_default], "py-1", now)
+    assert not wm.may_report_metric([gone], "py-1", now, present_within=120)
+
+
+def test_the_kclasync_marker_round_trips_and_java_entries_have_none() -> None:
+    ours = wm.WorkerMetrics(worker_id="py-1", last_update=5, implementation=wm.KCLASYNC)
+    item = wm.encode_item(ours)
+    assert item["impl"] == {"S": "kclasync"}
+    assert wm.decode_item(item) == ours
+    assert (
+        wm.decode_item(wm.encode_item(attrs.evolve(ours, implementation=None))).implementation
+        is None
+    )

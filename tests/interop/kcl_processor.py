@@ -1,8 +1,9 @@
 """The record processor the Java MultiLangDaemon runs in the interop tests (one process per shard).
 
 It speaks the MultiLang protocol through amazon_kclpy (shipped with kclpy-ext), appends one line
-``<shard> <partition key> <counter> <sequence number>`` per record to the file named by
-``KCL_INTEROP_OUT`` and checkpoints after every batch, at shard end and when asked to shut down.
+``<shard> <partition key> <counter> <sequence number> <epoch seconds>`` per record to the file
+named by ``KCL_INTEROP_OUT`` and checkpoints after every batch, at shard end and when asked to
+shut down.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from amazon_kclpy import kcl
@@ -26,10 +28,11 @@ class RecordingProcessor(processor.RecordProcessorBase):  # type: ignore[misc]
 
     def process_records(self, process_records_input: Any) -> None:
         lines = []
+        now = time.time()
         for record in process_records_input.records:
             body = json.loads(record.binary_data)
             seq = record.sequence_number
-            lines.append(f"{self.shard} {body['k']} {body['c']} {seq}\n")
+            lines.append(f"{self.shard} {body['k']} {body['c']} {seq} {now:.3f}\n")
         if lines:
             with open(self.out, "a", encoding="utf-8") as fh:
                 fh.write("".join(lines))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+import attrs
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -175,3 +176,82 @@ async def test_a_new_leader_resumes_from_the_table_and_waits_for_expiry() -> Non
     assert not (await leader.run_once()).all  # not judged expired on first sight
     assert table.leases["s0"].owner == "gone"
     del a
+
+
+async def test_a_follower_keeps_the_old_owners_liveness_current_while_a_handoff_waits() -> None:
+    # No taker rounds run in the leader-based modes: without this refresh a live old owner
+    # (a Java worker checkpointing in shutdownRequested) looked dead and was cut off after the
+    # failover time instead of being given the handoff timeout.
+    table = MemoryLeaseTable()
+    b = coordinator("b", table)
+    old_owner = coordinator("java-1", table)
+    await old_owner.presence.report()
+    discovery = AssignmentDiscovery(holder=b, interval=3.0)
+    await discovery.refresh_liveness()
+    assert b.taking.live_workers == {"b"}  # nothing incoming: the registry is not read
+    assert "list_workers" not in b.presence.registry.calls  # type: ignore[attr-defined]
+    await b.store.create_lease(Lease(key="s0"))
+    table.leases["s0"] = Lease(key="s0", owner="b", counter=3, checkpoint_owner="java-1")
+    assert await discovery.discover_once() == ["s0"]
+    assert b.held["s0"].state is HeldState.INCOMING
+    await discovery.refresh_liveness()
+    assert b.taking.live_workers == {"b", "java-1"}
+
+
+async def test_a_finished_lease_assigned_to_a_follower_is_deleted_once_its_children_started() -> (
+    None
+):
+    # A KCL 3.x leader assigns SHARD_END leases like any other; skipped, they would expire and
+    # be assigned again at every run.
+    table = MemoryLeaseTable()
+    b = coordinator("b", table)
+    for key in ("p", "c1", "c2"):
+        await b.store.create_lease(Lease(key=key))
+    end = Checkpoint("SHARD_END")
+    table.leases["p"] = Lease(
+        key="p", owner="b", counter=4, checkpoint=end, child_shard_ids=frozenset({"c1", "c2"})
+    )
+    table.leases["c1"] = Lease(
+        key="c1",
+        owner="java-1",
+        counter=2,
+        checkpoint=Checkpoint("9"),
+        parent_shard_ids=frozenset({"p"}),
+    )
+    table.leases["c2"] = Lease(key="c2", counter=0, parent_shard_ids=frozenset({"p"}))
+    discovery = AssignmentDiscovery(holder=b, interval=3.0)
+    assert await discovery.discover_once() == [] and "p" in table.leases  # c2 not started
+    table.leases["c2"] = Lease(
+        key="c2",
+        owner="java-1",
+        counter=1,
+        checkpoint=Checkpoint("3"),
+        parent_shard_ids=frozenset({"p"}),
+    )
+    assert await discovery.discover_once() == []
+    assert "p" not in table.leases and "p" not in b.held
+
+
+async def test_a_handoff_from_a_java_owner_is_watched_without_writing_until_it_lets_go() -> None:
+    # The Java old owner renews and makes its final checkpoint under the lease counter: any
+    # counter write of the new owner would make it lose the lease before that checkpoint.
+    table = MemoryLeaseTable()
+    b = coordinator("b", table)
+    await b.presence.report()  # b's entry is marked kclasync; java-1 has none of ours
+    await b.store.create_lease(Lease(key="s0"))
+    table.leases["s0"] = Lease(key="s0", owner="b", counter=5, checkpoint_owner="java-1")
+    discovery = AssignmentDiscovery(holder=b, interval=3.0)
+    assert await discovery.discover_once() == ["s0"]
+    assert b.held["s0"].state is HeldState.INCOMING and b.held["s0"].watch_only
+    await b.renew_all()
+    assert table.leases["s0"].counter == 5  # not written
+    table.leases["s0"] = attrs.evolve(table.leases["s0"], counter=6)  # the old owner renews
+    await b.renew_all()
+    assert table.leases["s0"].counter == 6 and b.held["s0"].state is HeldState.INCOMING
+    # The old owner checkpoints and lets go: checkpointOwner removed, counter + 1.
+    table.leases["s0"] = attrs.evolve(
+        table.leases["s0"], counter=7, checkpoint=Checkpoint("42"), checkpoint_owner=None
+    )
+    await b.renew_all()
+    assert b.held["s0"].state is HeldState.ACTIVE and table.leases["s0"].counter == 8
+    assert b.held["s0"].lease.checkpoint == Checkpoint("42")

@@ -138,3 +138,24 @@ async def test_renewals_write_the_throughput_ema_of_delivered_bytes() -> None:
         await consumer.stop()
         await task
     assert "w" not in table.workers
+
+
+async def test_cpu_is_left_out_while_a_java_worker_reports_none_and_back_once_it_has_gone() -> None:
+    registry = MemoryWorkerMetrics()
+    wall = [1_700_000_000.0]
+    presence = WorkerPresence(
+        registry, "py-1", wall_clock=lambda: wall[0], worker_timeout=5, cpu=FakeCpu([20.0] * 20)
+    )
+    # A Java KCL worker that cannot read its CPU writes empty maps (the default metric).
+    await registry.report(wm.WorkerMetrics(worker_id="java-1", last_update=int(wall[0])))
+    await presence.report()
+    entry = wm.decode_item(registry.items["py-1"])
+    assert entry.implementation == "kclasync" and wm.uses_default_metric(entry)
+    assert presence.reporting_cpu is False and presence.last_entry.metric_stats["C"] == (20.0,)
+    # The Java worker stops reporting; after two KCL report periods it no longer counts.
+    for _ in range(5):
+        wall[0] += 16
+        await presence.report()
+    entry = wm.decode_item(registry.items["py-1"])
+    assert presence.reporting_cpu is True
+    assert entry.metric_stats["C"] == (20.0,) * 6 and entry.operating_range == {"C": (100,)}
