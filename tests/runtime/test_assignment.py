@@ -19,8 +19,7 @@ from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment
 from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync.errors import AdapterError
-
-pytestmark = pytest.mark.asyncio
+from tests.runtime.virtual import in_virtual_time
 
 
 class Events:
@@ -41,6 +40,8 @@ class Elector:
     def __init__(self) -> None:
         self.leader = True
         self.released = 0
+        #: Leadership terms won (the leader waits one failover time into a new term).
+        self.terms = 1
 
     def is_leader(self) -> bool:
         return self.leader
@@ -113,6 +114,7 @@ async def test_leader_assigns_and_followers_discover_through_the_index(
     assert not (await leader.run_once()).assignments
 
 
+@in_virtual_time
 async def test_a_move_is_a_graceful_handoff_picked_up_after_the_checkpoint() -> None:
     table = MemoryLeaseTable()
     a, b = coordinator("a", table), coordinator("b", table)
@@ -124,6 +126,13 @@ async def test_a_move_is_a_graceful_handoff_picked_up_after_the_checkpoint() -> 
     for i in range(4):
         await a.taking._take(table.leases[f"s{i}"], stolen=False)
     leader = leader_of(a, LeaseTakerKind.LOAD, Elector())
+    # A new leader moves nothing before it has watched the table for one failover time.
+    assert not (await leader.run_once()).moves
+    for _ in range(4):  # 12 virtual seconds, every lease renewed
+        await asyncio.sleep(3.0)
+        await a.renew_all()
+        await a.presence.report()
+        await b.presence.report()
     plan = await leader.run_once()
     assert len(plan.moves) == 2 and {m.to_worker for m in plan.moves} == {"b"}
     moved = [m.lease_key for m in plan.moves]
