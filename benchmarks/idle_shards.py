@@ -60,11 +60,12 @@ class Figures:
     get_records_per_shard_hour: float
     lease_writes_per_shard_hour: float
     wakeups: tuple[float, ...]  # seconds, put to process
+    lost: float  # leases lost in the window (renewals late on a loaded machine)
     bound: float  # the configured maximum idle time
 
 
-async def make_stream(aws: LocalAws, stream: str, shards: int) -> list[str]:
-    """The stream, and one explicit hash key inside each shard."""
+async def make_stream(aws: LocalAws, stream: str, shards: int) -> dict[str, str]:
+    """The stream, and one explicit hash key inside each shard, by shard id."""
     async with get_session().create_client(
         "kinesis", region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
     ) as client:
@@ -74,18 +75,27 @@ async def make_stream(aws: LocalAws, stream: str, shards: int) -> list[str]:
             if desc["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE":
                 break
             await asyncio.sleep(0.1)
-        keys: list[str] = []
+        keys: dict[str, str] = {}
         kwargs: dict[str, object] = {"StreamName": stream}
         while True:
             resp = await client.list_shards(**kwargs)
-            keys.extend(s["HashKeyRange"]["StartingHashKey"] for s in resp["Shards"])
+            for shard in resp["Shards"]:
+                keys[shard["ShardId"]] = shard["HashKeyRange"]["StartingHashKey"]
             if not resp.get("NextToken"):
                 return keys
             kwargs = {"NextToken": resp["NextToken"]}
 
 
+def lost_leases(consumer: Consumer) -> float:
+    total = 0.0
+    for sample in consumer.metrics.leases_lost.collect()[0].samples:
+        if sample.name.endswith("_total"):
+            total += sample.value
+    return total
+
+
 async def measure(
-    aws: LocalAws, stream: str, hash_keys: list[str], mode: Mode, args: argparse.Namespace
+    aws: LocalAws, stream: str, hash_keys: dict[str, str], mode: Mode, args: argparse.Namespace
 ) -> Figures:
     processed: dict[str, float] = {}
     arrived = asyncio.Event()
@@ -117,6 +127,7 @@ async def measure(
                 raise RuntimeError(f"only {len(consumer.held_leases)} leases held")
             await asyncio.sleep(0.2)
         await asyncio.sleep(args.warmup)
+        lost0 = lost_leases(consumer)
         store, kinesis = consumer._store, consumer._stream_client
         assert store is not None and kinesis is not None
         calls0 = dict(kinesis.calls)  # type: ignore[attr-defined]
@@ -130,18 +141,24 @@ async def measure(
         get_records = calls1.get("get_records", 0) - calls0.get("get_records", 0)
         writes = sum(n - writes0.get(op, 0) for op, n in writes1.items() if op not in READS)
 
+        lost = lost_leases(consumer) - lost0
         wakeups: list[float] = []
         rng = random.Random(args.seed)
         async with get_session().create_client(
             "kinesis", region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
         ) as producer:
-            for i, key in enumerate(rng.sample(hash_keys, args.wakeups)):
-                # A random moment within the shards' idle cycle.
+            for i in range(args.wakeups):
+                # A random moment within the shards' idle cycle, into a shard held right now (on
+                # a loaded machine a lease may be lost to a late renewal and taken again later).
                 await asyncio.sleep(rng.uniform(0, config.effective_max_idle_time))
+                shard = rng.choice(sorted(consumer.held_leases))
                 pk = f"wake-{i}"
                 t0 = time.perf_counter()
                 await producer.put_record(
-                    StreamName=stream, PartitionKey=pk, ExplicitHashKey=key, Data=b"x" * 100
+                    StreamName=stream,
+                    PartitionKey=pk,
+                    ExplicitHashKey=hash_keys[shard],
+                    Data=b"x" * 100,
                 )
                 while pk not in processed:
                     if time.perf_counter() - t0 > 60:
@@ -159,6 +176,7 @@ async def measure(
         get_records_per_shard_hour=get_records / shard_hours,
         lease_writes_per_shard_hour=writes / shard_hours,
         wakeups=tuple(wakeups),
+        lost=lost,
         bound=config.effective_max_idle_time,
     )
 
@@ -185,7 +203,7 @@ async def main(args: argparse.Namespace) -> None:
     header = (
         f"{'mode':<46}{'% core':>8}{'ratio':>7}{'CPU s/shard-h':>15}"
         f"{'GetRecords/shard-h':>20}{'lease writes/shard-h':>22}"
-        f"{'wake-up med/max s':>19}{'bound s':>9}"
+        f"{'wake-up med/max s':>19}{'bound s':>9}{'lost':>6}"
     )
     print(header)
     for mode, f in results:
@@ -193,7 +211,7 @@ async def main(args: argparse.Namespace) -> None:
             f"{mode.name:<46}{f.cpu_share * 100:>8.1f}{f.cpu_share / base.cpu_share:>7.2f}"
             f"{f.cpu_per_shard_hour:>15.2f}{f.get_records_per_shard_hour:>20.0f}"
             f"{f.lease_writes_per_shard_hour:>22.0f}"
-            f"{statistics.median(f.wakeups):>10.2f}/{max(f.wakeups):<8.2f}{f.bound:>9.2f}"
+            f"{statistics.median(f.wakeups):>10.2f}/{max(f.wakeups):<8.2f}{f.bound:>9.2f}{f.lost:>6.0f}"
         )
 
 
