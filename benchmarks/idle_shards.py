@@ -58,6 +58,7 @@ class Figures:
     cpu_share: float  # of one core
     cpu_per_shard_hour: float  # CPU seconds
     get_records_per_shard_hour: float
+    cpu_ms_per_call: float  # every AWS call of the worker in the window
     lease_writes_per_shard_hour: float
     wakeups: tuple[float, ...]  # seconds, put to process
     lost: float  # leases lost in the window (renewals late on a loaded machine)
@@ -109,9 +110,10 @@ async def measure(
     # TRIM_HORIZON: a lease lost to a late renewal on a loaded machine and taken again reads
     # from the start of its (empty) shard, so a wake-up record is late, never skipped.
     config = ConsumerConfig(initial_position="TRIM_HORIZON", **mode.config)  # type: ignore[arg-type]
+    app = f"idle-{uuid.uuid4().hex[:8]}"
     consumer = Consumer(
         stream_name=stream,
-        application_name=f"idle-{uuid.uuid4().hex[:8]}",
+        application_name=app,
         processor=handle,
         config=config,
         client_options=ClientOptions(
@@ -142,6 +144,8 @@ async def measure(
         shard_hours = len(hash_keys) * (wall1 - wall0) / 3600
         get_records = calls1.get("get_records", 0) - calls0.get("get_records", 0)
         writes = sum(n - writes0.get(op, 0) for op, n in writes1.items() if op not in READS)
+        calls = sum(calls1.values()) - sum(calls0.values()) + sum(writes1.values())
+        calls -= sum(writes0.values())
 
         lost = lost_leases(consumer) - lost0
         wakeups: list[float] = []
@@ -154,7 +158,7 @@ async def measure(
                 # a loaded machine a lease may be lost to a late renewal and taken again later).
                 await asyncio.sleep(rng.uniform(0, config.effective_max_idle_time))
                 shard = rng.choice(sorted(consumer.held_leases))
-                pk = f"wake-{i}"
+                pk = f"{app}-wake-{i}"
                 t0 = time.perf_counter()
                 await producer.put_record(
                     StreamName=stream,
@@ -176,6 +180,7 @@ async def measure(
         cpu_share=(cpu1 - cpu0) / (wall1 - wall0),
         cpu_per_shard_hour=(cpu1 - cpu0) / shard_hours,
         get_records_per_shard_hour=get_records / shard_hours,
+        cpu_ms_per_call=(cpu1 - cpu0) / max(calls, 1) * 1000,
         lease_writes_per_shard_hour=writes / shard_hours,
         wakeups=tuple(wakeups),
         lost=lost,
@@ -203,7 +208,7 @@ async def main(args: argparse.Namespace) -> None:
         f"(after all leases were held + {args.warmup:g} s); moto in its own process"
     )
     header = (
-        f"{'mode':<46}{'% core':>8}{'ratio':>7}{'CPU s/shard-h':>15}"
+        f"{'mode':<46}{'% core':>8}{'ratio':>7}{'CPU s/shard-h':>15}{'ms/call':>9}"
         f"{'GetRecords/shard-h':>20}{'lease writes/shard-h':>22}"
         f"{'wake-up med/max s':>19}{'bound s':>9}{'lost':>6}"
     )
@@ -211,7 +216,8 @@ async def main(args: argparse.Namespace) -> None:
     for mode, f in results:
         print(
             f"{mode.name:<46}{f.cpu_share * 100:>8.1f}{f.cpu_share / base.cpu_share:>7.2f}"
-            f"{f.cpu_per_shard_hour:>15.2f}{f.get_records_per_shard_hour:>20.0f}"
+            f"{f.cpu_per_shard_hour:>15.2f}{f.cpu_ms_per_call:>9.2f}"
+            f"{f.get_records_per_shard_hour:>20.0f}"
             f"{f.lease_writes_per_shard_hour:>22.0f}"
             f"{statistics.median(f.wakeups):>10.2f}/{max(f.wakeups):<8.2f}{f.bound:>9.2f}{f.lost:>6.0f}"
         )
