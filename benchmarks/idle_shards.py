@@ -144,9 +144,8 @@ async def measure(
         shard_hours = len(hash_keys) * (wall1 - wall0) / 3600
         get_records = calls1.get("get_records", 0) - calls0.get("get_records", 0)
         writes = sum(n - writes0.get(op, 0) for op, n in writes1.items() if op not in READS)
-        calls = sum(calls1.values()) - sum(calls0.values()) + sum(writes1.values())
-        calls -= sum(writes0.values())
-
+        calls = sum(calls1.values()) + sum(writes1.values())
+        calls -= sum(calls0.values()) + sum(writes0.values())
         lost = lost_leases(consumer) - lost0
         wakeups: list[float] = []
         rng = random.Random(args.seed)
