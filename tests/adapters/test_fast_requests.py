@@ -39,18 +39,17 @@ async def test_same_user_agent_and_the_session_unchanged(moto: LocalAws, unique_
     session = get_session()
     fast = moto.client_options(session=session, fast_requests=True)
     plain = moto.client_options(session=session, fast_requests=False)
-    async with fast.create_client("kinesis") as f:
-        async with plain.create_client("kinesis") as p:
-            sent_fast, sent_plain = _agents(f), _agents(p)
-            await f.create_stream(StreamName=unique_name, ShardCount=1)
-            for client in (f, p, f, p):
-                await client.list_shards(StreamName=unique_name)
-            assert len(sent_fast) == 3 and len(sent_plain) == 2
-            assert len({a for a in sent_fast[1:]}) == 1  # built once, reused
-            assert _parts(sent_fast[-1]) == _parts(sent_plain[-1])
-            # botocore still validates on the plain client; the fast one leaves it to the server.
-            with pytest.raises(ParamValidationError):
-                await p.list_shards(StreamName=unique_name, MaxResults="ten")
-            with pytest.raises(Exception) as server_side:
-                await f.list_shards(StreamName=unique_name, MaxResults="ten")
-            assert not isinstance(server_side.value, ParamValidationError)
+    async with fast.create_client("kinesis") as f, plain.create_client("kinesis") as p:
+        sent_fast, sent_plain = _agents(f), _agents(p)
+        await f.create_stream(StreamName=unique_name, ShardCount=1)
+        for client in (f, p, f, p):
+            await client.list_shards(StreamName=unique_name)
+        assert len(sent_fast) == 3 and len(sent_plain) == 2
+        assert len(set(sent_fast[1:])) == 1  # built once, reused
+        assert _parts(sent_fast[-1]) == _parts(sent_plain[-1])
+        # botocore still validates on the plain client; the fast one leaves it to the server.
+        with pytest.raises(ParamValidationError):
+            await p.list_shards(StreamName=unique_name, MaxResults="ten")
+        with pytest.raises(Exception) as server_side:
+            await f.list_shards(StreamName=unique_name, MaxResults="ten")
+        assert not isinstance(server_side.value, ParamValidationError)
