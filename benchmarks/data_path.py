@@ -16,6 +16,11 @@ one whose leases are still held by the same worker id after a crash (the task is
 nothing is released).
 
     uv run python benchmarks/data_path.py --startup [--rounds 3]
+
+``--idle`` instead runs ``benchmarks/idle_shards.py`` (what 100 idle shards cost one worker:
+CPU per idle shard-hour, calls per shard-hour, wake-up latency; before and after in one run).
+
+    uv run python benchmarks/data_path.py --idle [--shards 100] [--window 60]
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import cProfile
 import os
 import pstats
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -274,5 +280,14 @@ if __name__ == "__main__":
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--startup", action="store_true", help="run() to first record only")
+    parser.add_argument("--idle", action="store_true", help="idle shards' cost (idle_shards.py)")
+    if "--idle" in sys.argv[1:]:
+        import idle_shards
+
+        idle = argparse.ArgumentParser(description=idle_shards.__doc__.splitlines()[0])
+        idle.add_argument("--idle", action="store_true")
+        idle_shards.arguments(idle)
+        asyncio.run(idle_shards.main(idle.parse_args()))
+        sys.exit(0)
     cli = parser.parse_args()
     asyncio.run(startup(cli) if cli.startup else main(cli))

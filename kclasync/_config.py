@@ -13,6 +13,9 @@ from kclasync._core.load_balancer import BalancerSettings
 from kclasync._core.position import InitialPosition
 from kclasync.errors import ConfigError
 
+#: ``max_idle_time_between_reads`` None: this many times ``idle_time_between_reads``.
+IDLE_CEILING_FACTOR = 4.0
+
 
 class ProcessorErrorPolicy(str, enum.Enum):
     """What happens when a processor keeps raising on a batch after every retry.
@@ -273,6 +276,14 @@ class ConsumerConfig:
     idle_time_between_reads: float = attrs.field(
         default=1.5, validator=_positive, metadata=_meta("s", kcl="idleTimeBetweenReadsInMillis")
     )
+    #: The longest pause of a shard that stays idle: each further empty read while caught up
+    #: doubles the pause, from ``idle_time_between_reads`` up to this; a record resets it. A
+    #: record written to an idle shard is read within this time (plus one call). None:
+    #: 4 x ``idle_time_between_reads`` (6 s with the defaults); at or below
+    #: ``idle_time_between_reads``: no growth (the Java KCL's fixed idle pause).
+    max_idle_time_between_reads: float | None = attrs.field(
+        default=None, validator=_optional_positive, metadata=_meta("s")
+    )
     #: Pause between GetRecords calls that returned records (AWS allows 5 calls/s per shard).
     min_time_between_reads: float = attrs.field(
         default=0.2, validator=_non_negative, metadata=_meta("s")
@@ -440,6 +451,13 @@ class ConsumerConfig:
         if self.worker_timeout is not None:
             return self.worker_timeout
         return self.failover_time + 1.0
+
+    @property
+    def effective_max_idle_time(self) -> float:
+        """The longest pause between reads of an idle shard (the bound on its wake-up)."""
+        if self.max_idle_time_between_reads is None:
+            return IDLE_CEILING_FACTOR * self.idle_time_between_reads
+        return max(self.max_idle_time_between_reads, self.idle_time_between_reads)
 
     @property
     def renewer_interval(self) -> float:

@@ -8,13 +8,14 @@ Must not: hold protocol logic.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
-from kclasync._adapters import fast_parse
+from kclasync._adapters import fast_parse, fast_requests
 
 
 @attrs.frozen(kw_only=True)
@@ -41,6 +42,10 @@ class ClientOptions:
     #: you pass in (True installs it on yours too: it then applies to every client that session
     #: creates afterwards); False: botocore's parser everywhere.
     fast_parsing: bool | None = None
+    #: Skip per-call work whose result never changes on the clients kclasync creates (request
+    #: parameter validation; rebuilding the User-Agent header for every request). The session,
+    #: yours or kclasync's, is not changed. False: botocore's request path.
+    fast_requests: bool = True
 
     def _kwargs(self, endpoint: str | None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -49,6 +54,7 @@ class ClientOptions:
                 read_timeout=self.read_timeout,
                 retries={"max_attempts": self.max_attempts, "mode": "standard"},
                 max_pool_connections=64,
+                **(fast_requests.CLIENT_CONFIG if self.fast_requests else {}),
             )
         }
         for name in (
@@ -83,8 +89,20 @@ class ClientOptions:
             # aioboto3 keeps the aiobotocore session in ``_session``.
             fast_parse.install(getattr(session, "_session", session))
         kwargs = self._kwargs(endpoint)
+        made: contextlib.AbstractAsyncContextManager[Any]
         if hasattr(session, "create_client"):  # aiobotocore AioSession
-            return session.create_client(service, **kwargs)  # type: ignore[no-any-return]
-        if hasattr(session, "client"):  # aioboto3.Session
-            return session.client(service, **kwargs)  # type: ignore[no-any-return]
-        raise TypeError(f"session must be an aiobotocore or aioboto3 session, got {session!r}")
+            made = session.create_client(service, **kwargs)
+        elif hasattr(session, "client"):  # aioboto3.Session
+            made = session.client(service, **kwargs)
+        else:
+            raise TypeError(f"session must be an aiobotocore or aioboto3 session, got {session!r}")
+        return _with_fast_requests(made) if self.fast_requests else made
+
+
+@contextlib.asynccontextmanager
+async def _with_fast_requests(
+    made: contextlib.AbstractAsyncContextManager[Any],
+) -> AsyncIterator[Any]:
+    async with made as client:
+        fast_requests.install(client)
+        yield client

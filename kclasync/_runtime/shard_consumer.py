@@ -1,9 +1,9 @@
 """One owned shard: fetcher -> bounded queue -> processor -> fenced checkpoints.
 
-Owns: reading a shard from its checkpoint (iterator handling, idle and throttling backoff, expired
-iterator recovery), backpressure towards the fetcher, calling the processor with retries, and the
-shard-end and shutdown hand-offs. The supervisor (``shard_supervisor``) cancels the pipeline the
-moment the lease is lost.
+Owns: reading a shard from its checkpoint (iterator handling, the pause between reads from
+``_core/read_pacing``, throttling backoff, expired iterator recovery), backpressure towards the
+fetcher, calling the processor with retries, and the shard-end and shutdown hand-offs. The
+supervisor (``shard_supervisor``) cancels the pipeline the moment the lease is lost.
 Must not: decide lease ownership, or read any clock but the event loop's.
 """
 
@@ -27,6 +27,7 @@ from kclasync._adapters.protocols import (
 from kclasync._config import ConsumerConfig
 from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
 from kclasync._core.position import Checkpoint, InitialPositionKind, Sentinel
+from kclasync._core.read_pacing import ReadPause, next_read_pause
 from kclasync._processor import RecordProcessor, ShardInfo
 from kclasync._records import Record
 from kclasync._runtime.checkpointer import ShardCheckpointer
@@ -292,6 +293,7 @@ class ShardConsumer:
             max_backoff=cfg.max_backoff,
             on_throttle=self.metrics.throttles.labels(*self._labels2, "kinesis").inc,
         )
+        pause = ReadPause(0.0, 0)
         while True:
             try:
                 result = await cursor.next(cfg.max_records)
@@ -307,10 +309,15 @@ class ShardConsumer:
             if result.next_iterator is None:
                 await self._queue.put(_End(result.child_shards))
                 return
-            caught_up = not result.records and not result.millis_behind_latest
-            await asyncio.sleep(
-                cfg.idle_time_between_reads if caught_up else cfg.min_time_between_reads
+            pause = next_read_pause(
+                records=len(result.records),
+                millis_behind=result.millis_behind_latest,
+                idle_streak=pause.idle_streak,
+                busy=cfg.min_time_between_reads,
+                idle=cfg.idle_time_between_reads,
+                max_idle=cfg.effective_max_idle_time,
             )
+            await asyncio.sleep(pause.delay)
 
     async def _fetch_fanout(self, fanout: FanOutConsumers, position: StartingPosition) -> None:
         """Fan-out: the next event is read only after the last one is in the queue, so a full

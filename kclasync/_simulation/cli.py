@@ -48,6 +48,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--idle-time", type=float, default=2.0, help="idle_time_between_reads, seconds (2)"
     )
     p.add_argument(
+        "--max-idle-time",
+        type=float,
+        default=None,
+        help="max_idle_time_between_reads, seconds (4 x the idle time)",
+    )
+    p.add_argument(
         "--shard-sync", type=float, default=60.0, help="shard_sync_interval, seconds (60)"
     )
     p.add_argument(
@@ -93,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
             taker=args.taker,
             records_per_shard_per_minute=args.rate,
             idle_time_between_reads=args.idle_time,
+            max_idle_time_between_reads=args.max_idle_time,
             shard_sync_interval=args.shard_sync,
         )
     except ValueError as exc:

@@ -35,6 +35,8 @@ class SimulationSettings:
     taker: str = "kcl2"
     records_per_shard_per_minute: float = 2.0
     idle_time_between_reads: float = 2.0
+    #: The longest idle pause (``_core/read_pacing``); None: the consumer's default (4 x idle).
+    max_idle_time_between_reads: float | None = None
     #: Processors checkpoint at most this often (and at shutdown and shard end); None: failover.
     checkpoint_interval: float | None = None
     #: Processors record a checkpoint in memory after every batch (``persist=False``) and the
@@ -62,6 +64,7 @@ class SimulationSettings:
             failover_time=f,
             initial_position="TRIM_HORIZON",
             idle_time_between_reads=self.idle_time_between_reads,
+            max_idle_time_between_reads=self.max_idle_time_between_reads,
             min_time_between_reads=0.2,
             max_records=self.max_records,
             processor_retry_backoff=0.5,
