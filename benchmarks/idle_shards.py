@@ -49,7 +49,8 @@ MODES = (
         {"max_idle_time_between_reads": 1.5},
         {"fast_requests": False},
     ),
-    Mode("after (defaults)", {}, {}),
+    Mode("after (defaults: fixed idle time, fast requests)", {}, {}),
+    Mode("after (max idle time 6 s, fast requests)", {"max_idle_time_between_reads": 6.0}, {}),
 )
 
 

@@ -51,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--max-idle-time",
         type=float,
         default=None,
-        help="max_idle_time_between_reads, seconds (4 x the idle time)",
+        help="max_idle_time_between_reads, seconds (default: the idle time, no growth)",
     )
     p.add_argument(
         "--shard-sync", type=float, default=60.0, help="shard_sync_interval, seconds (60)"

@@ -103,8 +103,8 @@ def test_any_record_resets_and_the_streak_stays_small(
 
 
 def test_settings_give_the_maximum_idle_time() -> None:
-    assert ConsumerConfig().effective_max_idle_time == 6.0  # 4 x the KCL's 1.5 s
-    assert ConsumerConfig(idle_time_between_reads=0.1).effective_max_idle_time == 0.4
+    assert ConsumerConfig().effective_max_idle_time == 1.5  # opt-in: the KCL's fixed pause
+    assert ConsumerConfig(idle_time_between_reads=0.1).effective_max_idle_time == 0.1
     assert ConsumerConfig(max_idle_time_between_reads=10).effective_max_idle_time == 10
     # At or below the idle time: no growth (the Java KCL's fixed pause).
     fixed = ConsumerConfig(idle_time_between_reads=2.0, max_idle_time_between_reads=1.0)
