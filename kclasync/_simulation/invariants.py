@@ -257,7 +257,14 @@ class InvariantChecker:
 
     @property
     def failovers_pending(self) -> int:
-        return len(self._awaiting_failover)
+        """Leases of a crashed or paused worker that no other worker took. A finished lease
+        (SHARD_END) needs no failover: its children carry on, and cleanup deletes it."""
+        pending = 0
+        for key in self._awaiting_failover:
+            lease = self._lease_of(key)
+            if lease is not None and not lease.is_finished:
+                pending += 1
+        return pending
 
     def paused(self, worker: str, now: float) -> None:
         self._pauses.setdefault(worker, []).append([now, float("inf")])

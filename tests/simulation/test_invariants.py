@@ -165,3 +165,16 @@ def test_failover_times() -> None:
     w.write("take_lease", "b", 22.0, owner="b", counter=2)
     assert w.checker.failover_summary() == (17.0, 17.0)
     assert w.checker.failovers_pending == 0
+
+
+def test_a_finished_lease_of_a_failed_worker_awaits_no_failover() -> None:
+    # Seen in the 10,000-seed sweep (seeds 31204, 31733): a worker crashed holding a lease at
+    # SHARD_END; nobody takes it (its children carry on) and it was counted as never taken over.
+    w = World()
+    w.write("take_lease", "a", 0.0, owner="a", counter=1)
+    w.write("take_lease", "a", 0.0, key="s2", owner="a", counter=1)
+    w.write("checkpoint", "a", 2.0, checkpoint=SHARD_END, counter=2)
+    w.checker.worker_failed("a", ["s1", "s2"], 5.0)
+    assert w.checker.failovers_pending == 1  # s2, still open, is owed a failover
+    w.write("take_lease", "b", 22.0, key="s2", owner="b", counter=2)
+    assert w.checker.failovers_pending == 0
