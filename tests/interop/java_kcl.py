@@ -18,7 +18,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
+
+import attrs
 
 from kclasync.testing.emulators import REGION, LocalAws
 from tests.interop.fleet import Delivery, read_deliveries
@@ -65,6 +68,19 @@ def kcl_jars() -> pathlib.Path | None:
 
 def java_executable() -> str | None:
     return shutil.which("java")
+
+
+@attrs.frozen
+class Processed:
+    """Every record the Java side handed to the processor: (key, counter) -> deliveries, and
+    the first (shard, sequence number) each was seen at."""
+
+    deliveries: Counter[tuple[str, int]]
+    shards: frozenset[str]
+    positions: dict[tuple[str, int], tuple[str, str]]
+
+    def keys(self) -> set[tuple[str, int]]:
+        return set(self.deliveries)
 
 
 class JavaKcl:
@@ -179,6 +195,17 @@ class JavaKcl:
     def log_lines(self, pattern: str) -> list[str]:
         rx = re.compile(pattern)
         return [line for line in self.log().splitlines() if rx.search(line)]
+
+    def processed(self) -> Processed:
+        """The records delivered so far, counted (the single-scenario tests' view)."""
+        deliveries: Counter[tuple[str, int]] = Counter()
+        shards: set[str] = set()
+        positions: dict[tuple[str, int], tuple[str, str]] = {}
+        for d in self.deliveries():
+            shards.add(d.shard)
+            deliveries[d.rid] += 1
+            positions.setdefault(d.rid, (d.shard, str(d.seq)))
+        return Processed(deliveries, frozenset(shards), positions)
 
     def deliveries(self) -> list[Delivery]:
         """Every record the Java side handed to the processor (``kcl_processor.py``)."""

@@ -1,0 +1,130 @@
+"""kclasync -> Java KCL 3.x on one lease table: kclasync workers process part of a stream and
+stop (one gracefully, one abruptly, as in a rolling deploy with a crash); a Java MultiLangDaemon
+then starts on the same tables and must process the rest. Records carry (key, counter), so lost
+and reprocessed records are counted exactly; the only records Java may process again are those
+kclasync processed beyond the checkpoints it left in the lease table."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import orjson
+import pytest
+
+from kclasync._records import Record
+from kclasync.testing.emulators import LocalAws
+from tests.interop.java_kcl import JavaKcl
+from tests.support import Aws, aws_for, wait_until
+
+#: One JVM start-up (~30 s to the first read) plus the scenario: above the default timeout.
+pytestmark = [pytest.mark.asyncio, pytest.mark.interop, pytest.mark.timeout(300)]
+
+log = logging.getLogger(__name__)
+
+KEYS = 53
+
+
+async def produce(aws: Aws, first: int, count: int) -> set[tuple[str, int]]:
+    """Put records ``first .. first+count-1``, each carrying its partition key and counter."""
+    sent = [(f"key-{i % KEYS}", i) for i in range(first, first + count)]
+    pending = [(k, orjson.dumps({"k": k, "c": i})) for k, i in sent]
+    while pending:
+        chunk, pending = pending[:500], pending[500:]
+        results = await aws.stream.put_records(aws.name, chunk)
+        pending = [e for e, r in zip(chunk, results, strict=True) if r is None] + pending
+    return set(sent)
+
+
+class Seen:
+    """What kclasync processed: (key, counter) -> deliveries and (shard, sequence number)."""
+
+    def __init__(self) -> None:
+        self.deliveries: Counter[tuple[str, int]] = Counter()
+        self.positions: dict[tuple[str, int], tuple[str, str]] = {}
+
+    def handler(self) -> Callable[[Sequence[Record]], asyncio.Future[None]]:
+        async def handle(records: Sequence[Record]) -> None:
+            for r in records:
+                body = orjson.loads(r.data)
+                rid = (str(body["k"]), int(body["c"]))
+                self.deliveries[rid] += 1
+                self.positions.setdefault(rid, (r.shard_id, r.sequence_number))
+
+        return handle  # type: ignore[return-value]
+
+
+def beyond_checkpoints(
+    positions: dict[tuple[str, int], tuple[str, str]], checkpoints: dict[str, str]
+) -> set[tuple[str, int]]:
+    """Records processed after the checkpoint of their shard (may legitimately be redone)."""
+    out = set()
+    for rid, (shard, seq) in positions.items():
+        cp = checkpoints.get(shard, "TRIM_HORIZON")
+        if not cp.isdigit() or int(seq) > int(cp):
+            out.add(rid)
+    return out
+
+
+async def test_kclasync_then_java_loses_nothing(
+    kinesis: LocalAws, unique_name: str, java_kcl: Callable[..., JavaKcl]
+) -> None:
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    async with aws_for(kinesis, unique_name) as aws:
+        await aws.create_stream(4)
+        produced = await produce(aws, 0, 1000)
+        seen = Seen()
+        config = {"leader_lock_duration": 6.0, "leader_heartbeat_interval": 1.0}
+        workers = [aws.consumer(seen.handler(), worker_id=f"py-{n}", **config) for n in "ab"]
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        await wait_until(lambda: produced <= set(seen.deliveries), 60, "kclasync to read")
+        await workers[0].stop()  # graceful
+        tasks[1].cancel()  # abrupt: leases, registry entry and maybe the lock left behind
+        await asyncio.gather(*tasks, return_exceptions=True)
+        timings["kclasync phase"] = time.monotonic() - t0
+        scan = await aws.store.list_leases()
+        checkpoints = {lease.shard_id: lease.checkpoint.value for lease in scan.leases}
+        redo_allowed = beyond_checkpoints(seen.positions, checkpoints)
+        produced |= await produce(aws, 1000, 1000)
+
+        java = java_kcl(stream=unique_name, application=unique_name, worker_id="java-1")
+        java.start()
+        started = time.monotonic()
+
+        def done() -> bool:
+            failures = java.parse_failures()
+            assert not failures, "Java KCL could not parse the lease table:\n" + "\n".join(
+                failures[:5]
+            )
+            assert java.running, "the Java daemon exited:\n" + java.log()[-3000:]
+            got = java.processed().keys()
+            if got and "until Java read" not in timings:
+                timings["until Java read"] = time.monotonic() - started
+            return produced <= set(seen.deliveries) | got
+
+        await wait_until(done, 150, "Java to process the rest")
+        timings["Java phase"] = time.monotonic() - started
+        java.stop()
+        ours = java.processed()
+
+    lost = produced - set(seen.deliveries) - ours.keys()
+    redone = set(seen.deliveries) & ours.keys()
+    log.warning(
+        "kclasync -> Java: produced %d, lost %d, redone %d (allowed %d), timings %s",
+        len(produced),
+        len(lost),
+        len(redone),
+        len(redo_allowed),
+        timings,
+    )
+    log.warning("Java became leader: %s", java.log_lines(r"is new leader")[:1])
+    assert not lost
+    assert redone <= redo_allowed, sorted(redone - redo_allowed)[:10]
+    assert all(n == 1 for n in ours.deliveries.values()), "Java processed a record twice"
+    assert not java.parse_failures()
+    # Only the leader assigns in KCL 3.x: Java took the lock kclasync released or let expire.
+    assert java.log_lines(r"java-1 is new leader")
