@@ -60,6 +60,21 @@ class Delivery:
     at: float
 
 
+def stop_process_group(proc: subprocess.Popen[bytes], *, kill: bool, grace: float) -> int:
+    """SIGTERM (a graceful stop) or SIGKILL to the process group of ``proc``, SIGKILL after
+    ``grace`` seconds anyway, then SIGKILL to whatever of the group is left (children)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode
+
+
 def read_deliveries(path: pathlib.Path, who: str) -> list[Delivery]:
     out: list[Delivery] = []
     if path.exists():
@@ -158,16 +173,7 @@ class KclasyncProcess:
 
     def stop(self, *, kill: bool = False, grace: float = 30.0) -> int | None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        return proc.returncode
+        return None if proc is None else stop_process_group(proc, kill=kill, grace=grace)
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""

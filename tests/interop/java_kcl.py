@@ -14,7 +14,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from collections.abc import Iterator, Mapping
 import attrs
 
 from kclasync.testing.emulators import REGION, LocalAws
-from tests.interop.fleet import Delivery, read_deliveries
+from tests.interop.fleet import Delivery, read_deliveries, stop_process_group
 
 HERE = pathlib.Path(__file__).resolve().parent
 PROCESSOR = HERE / "kcl_processor.py"
@@ -164,18 +163,7 @@ class JavaKcl:
         """SIGTERM (the daemon's graceful shutdown) or SIGKILL; SIGKILL after ``grace`` anyway.
         The processor children share the JVM's process group and are stopped with it."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # processor children left behind
-        return proc.returncode
+        return None if proc is None else stop_process_group(proc, kill=kill, grace=grace)
 
     @contextlib.contextmanager
     def run(self) -> Iterator[JavaKcl]:
