@@ -1,8 +1,8 @@
 """The lease coordinator: the leases this worker holds, renewed, fenced, handed over, released.
 
 Owns: the held leases, their local counters and renewal times, the renewer loop, fenced writes
-(checkpoints, childShardIds), handoffs and releases; taking rounds are ``lease_taking``'s and
-feed ``held``. Decisions (what is expired, what to take, what a
+(checkpoints, childShardIds) and releases. The steps of graceful handoffs are
+``lease_handoffs``'s; taking rounds are ``lease_taking``'s and feed ``held``. Decisions (what is expired, what to take, what a
 refused write means, when a handoff times out) come from ``kclasync._core`` (``held_lease``,
 ``lease_taker``, ``expiry``); this module only applies them.
 Must not: read any clock but the event loop's, or touch stream records.
@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
@@ -23,11 +24,9 @@ from kclasync._core.held_lease import (
     Event,
     FailedWrite,
     HeldState,
-    IncomingStep,
     Verdict,
     credits_renewal,
     explain_failed_write,
-    incoming_step,
     is_stale,
     outgoing_timed_out,
     release_reason,
@@ -37,6 +36,7 @@ from kclasync._core.lease_taker import LeaseTaker
 from kclasync._core.load_assignment import throughput_ema
 from kclasync._core.position import Checkpoint
 from kclasync._runtime.held import HeldLease, LeaseListener
+from kclasync._runtime.lease_handoffs import LeaseHandoffs
 from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.worker_presence import WorkerPresence
@@ -46,6 +46,15 @@ log = logging.getLogger("kclasync.leases")
 
 
 __all__ = ["HeldLease", "HeldState", "LeaseCoordinator", "LeaseListener"]
+
+
+class _Outcome(NamedTuple):
+    """How a fenced write of a held lease ended."""
+
+    written: Lease | None  # the lease as written, when the table took the write
+    current: Lease | None  # the lease as read after a refusal
+    verdict: Verdict | None  # what the refusal means; None when the write went through
+    sent: float  # loop time the (last) write was sent
 
 
 class LeaseCoordinator:
@@ -97,6 +106,8 @@ class LeaseCoordinator:
             capacity_kbps=capacity_kbps,
             processed_kbps=self.processed_kbps,
         )
+        #: The steps of graceful handoffs, in both directions.
+        self.handoffs = LeaseHandoffs(self)
         #: The taking rounds (scan, plan, take, steal) that feed ``held``.
         self.taking = LeaseTaking(
             self,
@@ -140,7 +151,7 @@ class LeaseCoordinator:
 
     # -- losing, releasing -----------------------------------------------------------------
 
-    def _lose(self, held: HeldLease, reason: str) -> None:
+    def lose(self, held: HeldLease, reason: str) -> None:
         if held.lost:
             return
         held.apply(Event.LOSE)
@@ -154,7 +165,7 @@ class LeaseCoordinator:
     def _check_stale(self, held: HeldLease) -> None:
         """Stop treating a lease as held once it has gone unrenewed for the failover time."""
         if not held.lost and is_stale(held.renewed_at, self.now(), self.failover_time):
-            self._lose(held, f"not renewed for more than {self.failover_time}s")
+            self.lose(held, f"not renewed for more than {self.failover_time}s")
 
     def ensure_held(self, held: HeldLease) -> None:
         """Raise ``LeaseLostError`` unless ``held`` is still ours and renewed within the
@@ -203,10 +214,10 @@ class LeaseCoordinator:
             if held.state is HeldState.OUTGOING:
                 # Not ours to renew; the new owner does. We only have until the handoff timeout.
                 if outgoing_timed_out(held.since, self.now(), self.handoff_timeout):
-                    self._lose(held, "the handoff was not finished in time")
+                    self.lose(held, "the handoff was not finished in time")
                 return
             if held.state is HeldState.INCOMING and held.watch_only:
-                await self._watch_incoming(held)
+                await self.handoffs.watch_incoming(held)
                 return
             sent = self.now()
             verdict: Verdict | None = None
@@ -227,7 +238,7 @@ class LeaseCoordinator:
                         # Handed on before we noticed we had it: we never read from it, so
                         # there is nothing to drain; complete the new handoff at once.
                         assert current is not None
-                        await self._pass_on_unstarted(held, current)
+                        await self.handoffs.pass_on_unstarted(held, current)
                         return
                     renewed = self._apply_verdict(held, current, verdict, "renewal")
             except (AdapterError, CorruptLeaseError) as exc:
@@ -266,93 +277,20 @@ class LeaseCoordinator:
             return current
         if verdict is Verdict.HANDOFF_STARTED:
             assert current is not None
-            self._start_outgoing(held, current)
+            self.handoffs.start_outgoing(held, current)
             return None
         if what == "renewal":
             self.metrics.renewal_failures.labels(*self.labels, "lost").inc()
-            self._lose(held, "another worker changed the lease (counter or owner)")
+            self.lose(held, "another worker changed the lease (counter or owner)")
         else:
-            self._lose(held, f"{what} rejected: another worker changed the lease")
+            self.lose(held, f"{what} rejected: another worker changed the lease")
         return None
 
-    async def _pass_on_unstarted(self, held: HeldLease, current: Lease) -> None:
-        held.apply(Event.RELEASE)
-        if self.held.get(held.key) is held:
-            del self.held[held.key]
-        self.update_gauge()
-        done = await self.store.finish_handoff(current)
-        log.info(
-            "worker %s passed lease %s on to %s before starting it (%s)",
-            self.worker_id,
-            held.key,
-            current.owner,
-            "done" if done is not None else "the lease changed meanwhile",
-        )
-
-    def _start_outgoing(self, held: HeldLease, current: Lease) -> None:
-        held.apply(Event.HANDOFF_AWAY)
-        held.since = self.now()
-        held.lease = current
-        log.info("worker %s hands lease %s over to %s", self.worker_id, held.key, current.owner)
-        self.listener.lease_stop_requested(held, f"handoff to {current.owner}")
-
-    async def _watch_incoming(self, held: HeldLease) -> None:
-        """An incoming lease whose old owner is of another implementation: read it, never
-        write it, until the old owner has let go (``checkpointOwner`` gone: take it with one
-        fenced renewal) or has stopped renewing it for the failover time, or the handoff
-        timeout is over (force it). Called with ``held.lock`` held."""
-        try:
-            current = await self.store.get_lease(held.key)
-        except (AdapterError, CorruptLeaseError) as exc:
-            log.info("reading the incoming lease %s failed (%s); will retry", held.key, exc)
-            return
-        now = self.now()
-        if current is None or current.owner != self.worker_id:
-            self._lose(held, "assigned elsewhere while waiting for its handoff")
-            return
-        if current.counter != held.lease.counter:
-            held.progress_at = now
-        held.lease = current
-        step = incoming_step(
-            current,
-            since=held.since,
-            now=now,
-            handoff_timeout=self.handoff_timeout,
-            old_owner_live=now - held.progress_at <= self.failover_time,
-            worker_failover=self.failover_time,
-        )
-        if step is IncomingStep.WAIT:
-            return
-        if step is IncomingStep.FORCE:
-            held.watch_only = False
-            await self._force_handoff_locked(held)
-            return
-        try:
-            renewed = await self.store.renew_lease(current)
-        except (AdapterError, CorruptLeaseError) as exc:
-            log.info("taking over %s after its handoff failed (%s); will retry", held.key, exc)
-            return
-        if renewed is None:
-            return  # changed under us: read again at the next renewal
-        held.lease, held.renewed_at, held.watch_only = renewed, now, False
-        self._activate(held, "the old owner finished the handoff")
-
     async def _after_renewal(self, held: HeldLease) -> None:
-        lease = held.lease
         if held.state is HeldState.INCOMING:
-            step = incoming_step(
-                lease,
-                since=held.since,
-                now=self.now(),
-                handoff_timeout=self.handoff_timeout,
-                old_owner_live=lease.checkpoint_owner in self.taking.live_workers,
-                worker_failover=self.presence.tracker.failover_time,
-            )
-            if step is IncomingStep.ACTIVATE:
-                self._activate(held, "the old owner finished the handoff")
-            elif step is IncomingStep.FORCE:
-                await self._force_handoff(held)
+            await self.handoffs.after_incoming_renewal(held)
             return
+        lease = held.lease
         if held.release_requested:
             return
         why = release_reason(lease, self.worker_id)
@@ -361,37 +299,6 @@ class LeaseCoordinator:
         held.release_requested = True
         log.info("lease %s: %s; finishing its batch and releasing it", held.key, why)
         self.listener.lease_stop_requested(held, why)
-
-    def _activate(self, held: HeldLease, why: str) -> None:
-        held.apply(Event.HANDOFF_DONE)
-        log.info("worker %s starts lease %s: %s", self.worker_id, held.key, why)
-        self.listener.lease_acquired(held)
-
-    async def _force_handoff(self, held: HeldLease) -> None:
-        async with held.lock:
-            await self._force_handoff_locked(held)
-
-    async def _force_handoff_locked(self, held: HeldLease) -> None:
-        if held.lost or held.state is not HeldState.INCOMING:
-            return
-        sent = self.now()
-        try:
-            taken = await self.store.take_lease(held.lease, self.worker_id)
-        except (AdapterError, CorruptLeaseError) as exc:
-            log.info("forcing the handoff of %s failed: %s", held.key, exc)
-            return
-        if taken is None:
-            self._lose(held, "the lease changed while waiting for the handoff")
-            return
-        held.lease = taken
-        held.renewed_at = sent
-        log.warning(
-            "the old owner of %s did not finish the handoff (dead, or slower than %ss); "
-            "taking the lease over",
-            held.key,
-            self.handoff_timeout,
-        )
-        self._activate(held, "handoff forced")
 
     # -- checkpointing ---------------------------------------------------------------------
 
@@ -410,50 +317,24 @@ class LeaseCoordinator:
             if held.lost:
                 raise LeaseLostError(key)
             if held.state is HeldState.OUTGOING:
-                return await self._checkpoint_outgoing(held, checkpoint, pending)
-            self._check_stale(held)
-            if held.lost:
-                raise LeaseLostError(key, "not renewed within the failover time")
-            written: Lease | None = None
-            for attempt in (1, 2):
-                sent = self.now()
-                written = await self.store.checkpoint(held.lease, checkpoint, pending)
-                if written is not None:
-                    break
-                current = await self.store.get_lease(key)
-                verdict = explain_failed_write(
-                    me=self.worker_id,
-                    state=held.state,
-                    held=held.lease,
-                    current=current,
-                    write=FailedWrite.of_checkpoint(held.lease, checkpoint, pending),
-                )
-                if verdict is Verdict.RETRY and attempt == 1 and current is not None:
-                    held.lease = current  # a renewal of ours went through first
-                    continue
-                written = self._apply_verdict(held, current, verdict, "checkpoint")
-                if verdict is Verdict.HANDOFF_STARTED:
-                    # A handoff began under us: checkpoint as the old owner, then let go.
-                    return await self._checkpoint_outgoing(held, checkpoint, pending)
-                break
+                return await self.handoffs.checkpoint_outgoing(held, checkpoint, pending)
+            self.ensure_held(held)
+            outcome = await self._fenced_write(
+                held,
+                lambda lease: self.store.checkpoint(lease, checkpoint, pending),
+                lambda lease: FailedWrite.of_checkpoint(lease, checkpoint, pending),
+            )
+            if outcome.verdict is None:
+                assert outcome.written is not None
+                return outcome.written
+            written = self._apply_verdict(held, outcome.current, outcome.verdict, "checkpoint")
+            if outcome.verdict is Verdict.HANDOFF_STARTED:
+                # A handoff began under us: checkpoint as the old owner, then let go.
+                return await self.handoffs.checkpoint_outgoing(held, checkpoint, pending)
             if written is None:
                 raise LeaseLostError(key, "the checkpoint was rejected by the lease table")
-            held.lease = written
-            held.renewed_at = sent
+            held.lease, held.renewed_at = written, outcome.sent
             return written
-
-    async def _checkpoint_outgoing(
-        self, held: HeldLease, checkpoint: Checkpoint, pending: Checkpoint | None
-    ) -> Lease:
-        if outgoing_timed_out(held.since, self.now(), self.handoff_timeout):
-            self._lose(held, "the handoff was not finished in time")
-            raise LeaseLostError(held.key, "the handoff timed out")
-        written = await self.store.checkpoint(held.lease, checkpoint, pending)
-        if written is None:
-            self._lose(held, "the new owner took over before our final checkpoint")
-            raise LeaseLostError(held.key, "the new owner forced the handoff")
-        held.lease = written
-        return written
 
     async def write_child_shard_ids(self, key: str, child_ids: frozenset[str]) -> bool:
         """Record a finished lease's children, fenced like a checkpoint and under the lease's
@@ -465,32 +346,50 @@ class LeaseCoordinator:
         async with held.lock:
             if held.lost:
                 return False
-            written: Lease | None = None
-            for attempt in (1, 2):
-                sent = self.now()
-                written = await self.store.update_child_shard_ids(held.lease, child_ids)
-                if written is not None:
-                    break
-                current = await self.store.get_lease(key)
-                verdict = explain_failed_write(
-                    me=self.worker_id,
-                    state=held.state,
-                    held=held.lease,
-                    current=current,
-                    write=FailedWrite.of_child_shard_ids(child_ids),
-                )
-                if verdict is Verdict.RETRY and attempt == 1 and current is not None:
-                    held.lease = current  # a renewal of ours went through first
-                    continue
-                # Not being able to write them loses nothing: the lease is finished anyway.
-                written = current if verdict is Verdict.OURS else None
-                break
-            if written is None:
+            outcome = await self._fenced_write(
+                held,
+                lambda lease: self.store.update_child_shard_ids(lease, child_ids),
+                lambda lease: FailedWrite.of_child_shard_ids(child_ids),
+            )
+            if outcome.verdict is None:
+                return True
+            # Not being able to write them loses nothing: the lease is finished anyway.
+            if outcome.verdict is not Verdict.OURS or outcome.current is None:
                 log.warning("could not write childShardIds of %s: the lease changed", key)
                 return False
-            held.lease = written
-            held.renewed_at = sent
+            held.lease, held.renewed_at = outcome.current, outcome.sent
             return True
+
+    async def _fenced_write(
+        self,
+        held: HeldLease,
+        write: Callable[[Lease], Awaitable[Lease | None]],
+        failed: Callable[[Lease], FailedWrite],
+    ) -> _Outcome:
+        """A conditional write of a held lease (called with its lock held), tried again once
+        when a renewal of ours went through first. When the table took it, ``held`` carries
+        the written lease, credited as a renewal at ``sent``; otherwise ``verdict`` is what
+        ``explain_failed_write`` made of the refusal, for the caller to apply."""
+        for attempt in (1, 2):
+            sent = self.now()
+            written = await write(held.lease)
+            if written is not None:
+                held.lease = written
+                held.renewed_at = sent
+                return _Outcome(written, None, None, sent)
+            current = await self.store.get_lease(held.key)
+            verdict = explain_failed_write(
+                me=self.worker_id,
+                state=held.state,
+                held=held.lease,
+                current=current,
+                write=failed(held.lease),
+            )
+            if verdict is Verdict.RETRY and attempt == 1 and current is not None:
+                held.lease = current  # a renewal of ours went through first
+                continue
+            return _Outcome(None, current, verdict, sent)
+        raise AssertionError("unreachable")
 
     # -- loops -----------------------------------------------------------------------------
 
