@@ -85,6 +85,11 @@ class ConsumerConfig:
     rebalance_min_gain_percent: float = attrs.field(
         default=1.0, validator=_non_negative, metadata=_meta("%")
     )
+    #: ``load``: on CPU, differences from the mean load below this many CPU percentage points
+    #: are noise: no rebalance for them, however large a share of a tiny mean they are.
+    rebalance_noise_floor_percent: float = attrs.field(
+        default=1.0, validator=_non_negative, metadata=_meta("%")
+    )
     #: ``load``: at most this many graceful moves per assignment run (None: as many as the plan
     #: needs; assignments of unowned leases are never capped).
     max_moves_per_assignment: int | None = attrs.field(
@@ -362,6 +367,7 @@ class ConsumerConfig:
             trigger_percent=self.rebalance_threshold_percent,
             target_percent=self.rebalance_target_percent,
             min_gain_percent=self.rebalance_min_gain_percent,
+            noise_floor_percent=self.rebalance_noise_floor_percent,
             max_moves=self.max_moves_per_assignment,
         )
 

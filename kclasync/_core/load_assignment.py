@@ -182,7 +182,7 @@ class LoadModel:
     CPU mode (every worker reports CPU): load is CPU percent; a lease costs its throughput times
     the worker's percent per KB/s, from its capacity if known (then the load itself is predicted
     from the leases it owns), else from its observed CPU over its assigned throughput, else the
-    fleet's (the smallest known capacity, else CPU over throughput summed over the fleet). Leases
+    fleet's (the mean known capacity, else CPU over throughput summed over the fleet). Leases
     still in handoff are counted at their new owner and taken off the old one. Throughput mode
     (some worker has no CPU metric, or no worker has both CPU and throughput yet, e.g. at
     start-up): load is assigned throughput divided by capacity (relative units when capacities
@@ -212,12 +212,13 @@ class LoadModel:
         ]
         tp_sum = sum(t for _, t in pairs)
         fleet_rate = sum(c for c, _ in pairs) / tp_sum if tp_sum > 0 else 0.0
-        known_rates = [100.0 / w.capacity_kbps for w in snapshot.workers if w.capacity_kbps]
-        if known_rates:
+        known = [w.capacity_kbps for w in snapshot.workers if w.capacity_kbps]
+        if known:
             # A worker that has not reported a capacity yet (it just joined) is priced as the
-            # smallest known one: under-filling it costs one more move when its capacity comes
-            # in; over-filling it (a hot lease on a small worker) costs an exchange.
-            fleet_rate = max(known_rates)
+            # fleet's average worker: the best guess without data, off by less than pricing it
+            # as the smallest or the largest, and it gives the newcomer enough load for its own
+            # estimate to come in quickly (a lightly loaded worker's CPU is mostly noise).
+            fleet_rate = 100.0 * len(known) / sum(known)
         # CPU is only usable with a way to predict what a lease costs: a capacity or a ratio.
         self.cpu_mode = reporting and fleet_rate > 0
         self.rate: dict[str, float] = {}
