@@ -114,7 +114,8 @@ class CapacityEstimator:
             self._fold(processed_kbps, cpu_percent)
         if self.estimate is None or self.samples < self.min_samples:
             return self.reported
-        error = self.relative_error
+        # One period has no error estimate of its own: it is taken as it is (min_samples = 1).
+        error = self.relative_error if self.samples >= 2 else 0.0
         if self._c / self._sw < self.min_cpu_percent or error > self.max_error_percent / 100.0:
             return self.reported
         band = self.dead_band_percent / 100.0
