@@ -45,9 +45,7 @@ def _reports(util: float, seed: int, periods: int, capacity: float = 3000.0) -> 
 def test_a_lightly_loaded_worker_is_not_estimated_low() -> None:
     # At 5 % CPU noise pushes many readings low; dropping them (or averaging ratios) biases
     # the estimate by 10-20 %. The fit on every reading stays within a few percent.
-    errors = sorted(
-        abs((_reports(5.0, seed, 300)[-1] or 0.0) / 3000.0 - 1.0) for seed in range(40)
-    )
+    errors = sorted(abs((_reports(5.0, seed, 300)[-1] or 0.0) / 3000.0 - 1.0) for seed in range(40))
     assert errors[len(errors) // 2] < 0.04
     assert errors[-1] < 0.12
 
