@@ -234,20 +234,28 @@ class LoadModel:
             # from the leases it now owns (current throughput, handoffs at the new owner, no lag
             # of the CPU window, no saturation at 100 %). Without one: its measured CPU, with
             # handoffs in progress moved from the old owner (which the CPU still shows) to the new.
+            # A worker whose CPU reads 0 while it owns leases has not measured them yet (every
+            # worker's first sample is 0, and a newcomer was just given its leases): predicted
+            # from them too, or it looks empty and draws ever more.
             self.load = {}
             for w in snapshot.workers:
-                if w.capacity_kbps:
+                if w.capacity_kbps or (not w.cpu_percent and assigned[w.worker_id] > 0):
                     self.load[w.worker_id] = assigned[w.worker_id] * self.rate[w.worker_id]
                 else:
                     self.load[w.worker_id] = float(w.cpu_percent or 0.0)
+            measured = {
+                w.worker_id
+                for w in snapshot.workers
+                if not w.capacity_kbps and not (not w.cpu_percent and assigned[w.worker_id] > 0)
+            }
             for lease in snapshot.leases:
                 if not lease.in_handoff or lease.expired:
                     continue
                 tp = throughputs[lease.key]
                 old, new = lease.checkpoint_owner, lease.owner
-                if old in self.load and not self.workers[old].capacity_kbps:
+                if old in measured:
                     self.load[old] = max(0.0, self.load[old] - tp * self.rate[old])
-                if new in self.load and not self.workers[new].capacity_kbps:
+                if new in measured:
                     self.load[new] += tp * self.rate[new]
             self.limit = {w.worker_id: w.max_cpu_percent for w in snapshot.workers}
         else:

@@ -1,6 +1,7 @@
 """The load planner's guards against moving for noise or for too little: an exchange pays for
 every lease it moves, a newcomer without a capacity is priced as the fleet's average worker,
-and differences of a CPU point or less are not worth a move."""
+a newcomer's load is predicted from the leases it holds until its CPU shows them, and
+differences of a CPU point or less are not worth a move."""
 
 from __future__ import annotations
 
@@ -44,6 +45,23 @@ def test_a_worker_without_a_capacity_yet_is_priced_as_the_fleets_average() -> No
     snapshot = FleetSnapshot(leases, workers)
     model = LoadModel(snapshot, lease_throughputs(leases))
     assert model.cost("new", 100.0) == 100.0 * 100.0 / 2000.0
+
+
+def test_a_newcomer_whose_cpu_reads_zero_is_not_taken_for_empty() -> None:
+    # "new" was given 300 KB/s last run; its first CPU sample is 0 (as every first sample is).
+    leases = (
+        LeaseLoad("a", "w1", 300.0),
+        LeaseLoad("b", "w1", 300.0),
+        LeaseLoad("c", "new", 300.0),
+    )
+    workers = (
+        WorkerLoad("w1", cpu_percent=20.0, capacity_kbps=3000.0),
+        WorkerLoad("new", cpu_percent=0.0),
+    )
+    model = LoadModel(FleetSnapshot(leases, workers), lease_throughputs(leases))
+    assert model.load["new"] == 10.0
+    # Balanced as predicted (w1 20 %, new 10 % of 3000 KB/s): nothing more is sent its way.
+    assert plan_load_aware(FleetSnapshot(leases, workers)).moves == ()
 
 
 def test_differences_below_the_noise_floor_are_not_rebalanced() -> None:
