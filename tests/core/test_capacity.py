@@ -134,6 +134,7 @@ def test_planner_settings_are_consumer_settings() -> None:
         rebalance_threshold_percent=20,
         rebalance_target_percent=8,
         rebalance_min_gain_percent=2,
+        rebalance_noise_floor_percent=0.5,
         max_moves_per_assignment=4,
         dampening_percent=80,
         variance_balancing_frequency=2,
@@ -141,6 +142,7 @@ def test_planner_settings_are_consumer_settings() -> None:
     )
     b, k = cfg.balancer_settings(), cfg.kcl3_settings()
     assert (b.trigger_percent, b.target_percent, b.min_gain_percent, b.max_moves) == (20, 8, 2, 4)
+    assert b.noise_floor_percent == 0.5
     assert (k.rebalance_threshold_percent, k.dampening_percent) == (20, 80)
     assert k.variance_balancing_frequency == 2
 
@@ -151,6 +153,7 @@ def test_planner_settings_are_consumer_settings() -> None:
         ("rebalance_target_percent", {"rebalance_target_percent": 15}),
         ("rebalance_threshold_percent", {"rebalance_threshold_percent": 0}),
         ("rebalance_min_gain_percent", {"rebalance_min_gain_percent": -1}),
+        ("rebalance_noise_floor_percent", {"rebalance_noise_floor_percent": -0.5}),
         ("max_moves_per_assignment", {"max_moves_per_assignment": 0}),
         ("dampening_percent", {"dampening_percent": 101}),
         ("variance_balancing_frequency", {"variance_balancing_frequency": 1.5}),
