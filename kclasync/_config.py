@@ -85,8 +85,9 @@ class ConsumerConfig:
     rebalance_min_gain_percent: float = attrs.field(
         default=1.0, validator=_non_negative, metadata=_meta("%")
     )
-    #: ``load``: on CPU, differences from the mean load below this many CPU percentage points
-    #: are noise: no rebalance for them, however large a share of a tiny mean they are.
+    #: ``load``: a worker's measured CPU (no capacity known) less than this many CPU percentage
+    #: points from the mean is noise: no rebalance for it, however large a share of a tiny
+    #: mean it is (loads predicted from a capacity have no such floor).
     rebalance_noise_floor_percent: float = attrs.field(
         default=1.0, validator=_non_negative, metadata=_meta("%")
     )

@@ -191,6 +191,8 @@ class LoadModel:
 
     def __init__(self, snapshot: FleetSnapshot, throughputs: Mapping[str, float]) -> None:
         self.workers = {w.worker_id: w for w in snapshot.workers}
+        #: Workers whose load is their measured CPU (CPU mode, no capacity), not predicted.
+        self.measured: set[str] = set()
         reporting = bool(snapshot.workers) and all(
             w.cpu_percent is not None for w in snapshot.workers
         )
@@ -243,7 +245,7 @@ class LoadModel:
                     self.load[w.worker_id] = assigned[w.worker_id] * self.rate[w.worker_id]
                 else:
                     self.load[w.worker_id] = float(w.cpu_percent or 0.0)
-            measured = {
+            measured = self.measured = {
                 w.worker_id
                 for w in snapshot.workers
                 if not w.capacity_kbps and not (not w.cpu_percent and assigned[w.worker_id] > 0)

@@ -48,9 +48,10 @@ class BalancerSettings:
     """``trigger_percent``: rebalance only when a worker is outside mean +- this (or above its
     operating range). ``target_percent``: once triggered, plan until every worker is within
     mean +- this. ``min_gain_percent``: a move must lower the higher load of its two workers by
-    at least this share of the mean (noise guard). ``noise_floor_percent``: on CPU, a worker
-    counts as outside a band only when it is also this many CPU points from the mean (at a mean
-    of a few percent, 10 % of it is well below the noise of a CPU reading). ``max_moves``: cap
+    at least this share of the mean (noise guard). ``noise_floor_percent``: a worker whose load is its
+    measured CPU (no capacity) counts as outside a band only when it is also this many CPU
+    points from the mean (at a mean of a few percent, 10 % of it is well below the noise of one
+    reading); predicted loads have no such floor. ``max_moves``: cap
     per plan (None: no cap)."""
 
     trigger_percent: float = 10.0
@@ -84,13 +85,13 @@ def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None =
 
 def _outside(model: LoadModel, band_percent: float, floor: float = 0.0) -> bool:
     mean = model.mean()
-    half = mean * band_percent / 100
-    if model.cpu_mode:
-        half = max(half, floor)
-    low, high = mean - half, mean + half
-    return any(
-        load > high or load < low or load > model.limit[wid] for wid, load in model.load.items()
-    )
+    band = mean * band_percent / 100
+    for wid, load in model.load.items():
+        # A measured CPU reading is only known to within its noise; a predicted load is not.
+        half = max(band, floor) if wid in model.measured else band
+        if abs(load - mean) > half or load > model.limit[wid]:
+            return True
+    return False
 
 
 def _rebalance(

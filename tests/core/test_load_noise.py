@@ -1,7 +1,7 @@
 """The load planner's guards against moving for noise or for too little: an exchange pays for
 every lease it moves, a newcomer without a capacity is priced as the fleet's average worker,
 a newcomer's load is predicted from the leases it holds until its CPU shows them, and
-differences of a CPU point or less are not worth a move."""
+differences of a CPU point or less in measured CPU are not worth a move."""
 
 from __future__ import annotations
 
@@ -64,18 +64,23 @@ def test_a_newcomer_whose_cpu_reads_zero_is_not_taken_for_empty() -> None:
     assert plan_load_aware(FleetSnapshot(leases, workers)).moves == ()
 
 
-def test_differences_below_the_noise_floor_are_not_rebalanced() -> None:
-    # Loads 3.6 / 2.7 / 1.8 %: w1 is 33 % above the mean, but 0.9 CPU points, which a single
-    # reading's noise covers (and so does a capacity estimate's error at that load).
-    def fleet(kbps: float) -> FleetSnapshot:
+def test_measured_differences_below_the_noise_floor_are_not_rebalanced() -> None:
+    # No capacities: loads are measured CPU, 3.6 / 2.7 / 1.8 %. w1 is 33 % above the mean, but
+    # 0.9 CPU points, which a single reading's noise covers.
+    def fleet(kbps: float, cpu: float, capacity: float | None = None) -> FleetSnapshot:
         counts = {"w1": 4, "w2": 3, "w3": 2}
         leases = tuple(
             LeaseLoad(f"{wid}-{i}", wid, kbps) for wid, n in counts.items() for i in range(n)
         )
-        workers = tuple(WorkerLoad(wid, cpu_percent=3.0, capacity_kbps=1000.0) for wid in counts)
+        workers = tuple(
+            WorkerLoad(wid, cpu_percent=cpu * n, capacity_kbps=capacity)
+            for wid, n in counts.items()
+        )
         return FleetSnapshot(leases, workers)
 
-    assert plan_load_aware(fleet(9.0)).moves == ()
-    assert len(plan_load_aware(fleet(9.0), BalancerSettings(noise_floor_percent=0.0)).moves) == 1
+    assert plan_load_aware(fleet(9.0, 0.9)).moves == ()
+    assert len(plan_load_aware(fleet(9.0, 0.9), BalancerSettings(noise_floor_percent=0)).moves) == 1
     # The floor is in CPU points: a fleet ten times busier with the same shape is rebalanced.
-    assert len(plan_load_aware(fleet(90.0)).moves) == 1
+    assert len(plan_load_aware(fleet(90.0, 9.0)).moves) == 1
+    # Loads predicted from configured capacities carry no reading noise: no floor.
+    assert len(plan_load_aware(fleet(9.0, 0.9, capacity=1000.0)).moves) == 1
