@@ -48,10 +48,11 @@ class BalancerSettings:
     """``trigger_percent``: rebalance only when a worker is outside mean +- this (or above its
     operating range). ``target_percent``: once triggered, plan until every worker is within
     mean +- this. ``min_gain_percent``: a move must lower the higher load of its two workers by
-    at least this share of the mean (noise guard). ``noise_floor_percent``: a worker whose load is its
-    measured CPU (no capacity) counts as outside a band only when it is also this many CPU
-    points from the mean (at a mean of a few percent, 10 % of it is well below the noise of one
-    reading); predicted loads have no such floor. ``max_moves``: cap
+    at least this share of the mean for each lease it moves (noise guard).
+    ``noise_floor_percent``: a worker whose load is its measured CPU (no capacity) counts as
+    outside a band only when it is also this many CPU points from the mean (at a mean of a few
+    percent, 10 % of it is well below the noise of one reading); predicted loads have no such
+    floor. ``max_moves``: cap
     per plan (None: no cap)."""
 
     trigger_percent: float = 10.0
