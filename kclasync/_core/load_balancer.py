@@ -52,8 +52,7 @@ class BalancerSettings:
     ``noise_floor_percent``: a worker whose load is its measured CPU (no capacity) counts as
     outside a band only when it is also this many CPU points from the mean (at a mean of a few
     percent, 10 % of it is well below the noise of one reading); predicted loads have no such
-    floor. ``max_moves``: cap
-    per plan (None: no cap)."""
+    floor. ``max_moves``: cap per plan (None: no cap)."""
 
     trigger_percent: float = 10.0
     target_percent: float = 5.0
