@@ -85,6 +85,12 @@ class ConsumerConfig:
     rebalance_min_gain_percent: float = attrs.field(
         default=1.0, validator=_non_negative, metadata=_meta("%")
     )
+    #: ``load``: a worker's measured CPU (no capacity known) less than this many CPU percentage
+    #: points from the mean is noise: no rebalance for it, however large a share of a tiny
+    #: mean it is (loads predicted from a capacity have no such floor).
+    rebalance_noise_floor_percent: float = attrs.field(
+        default=1.0, validator=_non_negative, metadata=_meta("%")
+    )
     #: ``load``: at most this many graceful moves per assignment run (None: as many as the plan
     #: needs; assignments of unowned leases are never capped).
     max_moves_per_assignment: int | None = attrs.field(
@@ -362,6 +368,7 @@ class ConsumerConfig:
             trigger_percent=self.rebalance_threshold_percent,
             target_percent=self.rebalance_target_percent,
             min_gain_percent=self.rebalance_min_gain_percent,
+            noise_floor_percent=self.rebalance_noise_floor_percent,
             max_moves=self.max_moves_per_assignment,
         )
 

@@ -1,10 +1,13 @@
 """A worker's estimate of its own capacity, and the value it reports to the leader.
 
 Owns: ``CapacityEstimator``: the KB/s a worker could process at 100 % CPU, estimated from its
-CPU samples against the throughput of the leases it processes (the running mean of the first
-samples, then an EMA), and the reported value, which moves only when the estimate has moved
-away from it by more than a dead band. The leader plans on reported capacities; a value that
-twitches with every noisy CPU sample would make it re-plan a balanced fleet.
+CPU samples against the throughput of the leases it processes (a least-squares fit of
+``cpu = rate * processed`` over the samples, equal weights at first, then forgetting old ones
+slowly), its standard error, and the reported value, which moves only when the estimate has
+moved away from it by more than the estimate's own uncertainty (and a small dead band). The
+leader plans on reported capacities; a value that twitches with every noisy CPU sample would
+make it re-plan a balanced fleet, and a value stuck at an early, rough estimate leaves the
+fleet unbalanced.
 
 Must not: read clocks, CPU or tables, or draw randomness.
 """
@@ -21,34 +24,78 @@ __all__ = ["CapacityEstimator"]
 @attrs.define
 class CapacityEstimator:
     """``update`` with each report period's processed throughput (KB/s) and CPU (percent);
-    ``reported`` is None until ``min_samples`` usable periods have been seen.
+    ``reported`` is None until enough is known.
 
-    A period is usable when the CPU is between ``min_cpu_percent`` (too little to say anything)
-    and ``max_cpu_percent`` (a saturated reading is censored), something was processed, and the
-    processed throughput changed by at most ``steady_percent`` since the previous period (a CPU
-    sample averages over the period, so right after leases came or went it does not match). The
-    estimate is the mean of the per-period ratios ``processed * 100 / cpu`` over the first
-    ``1 / alpha`` periods, then an EMA with weight ``alpha``. The reported value follows the
-    estimate only when they differ by more than ``dead_band_percent``."""
+    A period is usable when something was processed, the CPU is at most ``max_cpu_percent`` (a
+    saturated reading is censored), and the processed throughput changed by at most
+    ``steady_percent`` since the previous period (a CPU sample averages over the period, so
+    right after leases came or went it does not match). Low readings are kept: dropping the
+    samples that noise pushed below a threshold would bias a lightly loaded worker's estimate
+    low; a low reading simply weighs little in the fit.
 
-    alpha: float = 0.05
-    min_samples: int = 5
-    dead_band_percent: float = 5.0
-    min_cpu_percent: float = 5.0
+    The CPU cost per KB/s is ``sum(p * c) / sum(p * p)`` over the usable periods (regression
+    through the origin: a sample weighs by its throughput, so noise on small readings does not
+    skew it, unlike a mean of ratios), with every period weighted equally over the first
+    ``1 / alpha`` periods, then old ones forgotten by ``1 - alpha`` per period. The capacity is
+    ``100 / cost``. It is reported once ``min_samples`` periods are in, their mean CPU is at
+    least ``min_cpu_percent`` (too little load says nothing) and the relative standard error of
+    the fit is at most ``max_error_percent``. While it is still learning (the first
+    ``1 / alpha`` periods) the reported value follows the estimate whenever they differ by more
+    than ``dead_band_percent``: a rough first value is replaced as the data comes in. After that
+    it moves only when they also differ by more than ``band_sigmas`` standard errors: a good
+    value stays still."""
+
+    alpha: float = 0.02
+    min_samples: int = 3
+    dead_band_percent: float = 2.0
+    band_sigmas: float = 2.0
+    max_error_percent: float = 10.0
+    min_cpu_percent: float = 2.0
     max_cpu_percent: float = 98.0
     steady_percent: float = 20.0
     estimate: float | None = None
     samples: int = 0
     reported: float | None = None
     last_processed: float | None = None
+    #: Weighted sums of the fit: weights, squared weights, p*p, p*c, c*c, c, and w*w*p*p.
+    _sw: float = 0.0
+    _pp: float = 0.0
+    _pc: float = 0.0
+    _cc: float = 0.0
+    _c: float = 0.0
+    _w2pp: float = 0.0
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
         if self.min_samples < 1:
             raise ValueError("min_samples must be at least 1")
-        if self.dead_band_percent < 0:
-            raise ValueError("dead_band_percent must be >= 0")
+        if self.dead_band_percent < 0 or self.band_sigmas < 0:
+            raise ValueError("dead_band_percent and band_sigmas must be >= 0")
+        if not self.max_error_percent > 0:
+            raise ValueError("max_error_percent must be > 0")
+
+    @property
+    def relative_error(self) -> float:
+        """The fit's relative standard error (inf before two usable periods)."""
+        if self.samples < 2 or self._pp <= 0 or self._pc <= 0:
+            return math.inf
+        rate = self._pc / self._pp
+        residual = max(0.0, self._cc - self._pc * self._pc / self._pp)
+        variance = residual / max(self._sw - 1.0, 1.0)
+        return math.sqrt(variance * self._w2pp) / self._pp / rate
+
+    def _fold(self, processed: float, cpu: float) -> None:
+        self.samples += 1
+        keep = 1.0 - self.alpha if self.samples > 1.0 / self.alpha else 1.0
+        self._sw = self._sw * keep + 1.0
+        self._pp = self._pp * keep + processed * processed
+        self._pc = self._pc * keep + processed * cpu
+        self._cc = self._cc * keep + cpu * cpu
+        self._c = self._c * keep + cpu
+        self._w2pp = self._w2pp * keep * keep + processed * processed
+        if self._pc > 0:
+            self.estimate = 100.0 * self._pp / self._pc
 
     def update(self, processed_kbps: float, cpu_percent: float) -> float | None:
         """Fold one period in; returns the value to report (None: nothing known yet)."""
@@ -61,17 +108,19 @@ class CapacityEstimator:
             and math.isfinite(processed_kbps)
             and math.isfinite(cpu_percent)
             and processed_kbps > 0
-            and self.min_cpu_percent <= cpu_percent <= self.max_cpu_percent
+            and 0 <= cpu_percent <= self.max_cpu_percent
         )
         if usable:
-            sample = processed_kbps * 100.0 / cpu_percent
-            self.samples += 1
-            weight = max(self.alpha, 1.0 / self.samples)
-            previous = self.estimate if self.estimate is not None else sample
-            self.estimate = weight * sample + (1.0 - weight) * previous
+            self._fold(processed_kbps, cpu_percent)
         if self.estimate is None or self.samples < self.min_samples:
             return self.reported
+        # One period has no error estimate of its own: it is taken as it is (min_samples = 1).
+        error = self.relative_error if self.samples >= 2 else 0.0
+        if self._c / self._sw < self.min_cpu_percent or error > self.max_error_percent / 100.0:
+            return self.reported
         band = self.dead_band_percent / 100.0
+        if self.samples > 1.0 / self.alpha:
+            band = max(band, self.band_sigmas * error)
         if self.reported is None or abs(self.estimate - self.reported) > band * self.reported:
             self.reported = self.estimate
         return self.reported

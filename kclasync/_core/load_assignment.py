@@ -182,7 +182,7 @@ class LoadModel:
     CPU mode (every worker reports CPU): load is CPU percent; a lease costs its throughput times
     the worker's percent per KB/s, from its capacity if known (then the load itself is predicted
     from the leases it owns), else from its observed CPU over its assigned throughput, else the
-    fleet's (the smallest known capacity, else CPU over throughput summed over the fleet). Leases
+    fleet's (the mean known capacity, else CPU over throughput summed over the fleet). Leases
     still in handoff are counted at their new owner and taken off the old one. Throughput mode
     (some worker has no CPU metric, or no worker has both CPU and throughput yet, e.g. at
     start-up): load is assigned throughput divided by capacity (relative units when capacities
@@ -191,6 +191,8 @@ class LoadModel:
 
     def __init__(self, snapshot: FleetSnapshot, throughputs: Mapping[str, float]) -> None:
         self.workers = {w.worker_id: w for w in snapshot.workers}
+        #: Workers whose load is their measured CPU (CPU mode, no capacity), not predicted.
+        self.measured: set[str] = set()
         reporting = bool(snapshot.workers) and all(
             w.cpu_percent is not None for w in snapshot.workers
         )
@@ -212,12 +214,13 @@ class LoadModel:
         ]
         tp_sum = sum(t for _, t in pairs)
         fleet_rate = sum(c for c, _ in pairs) / tp_sum if tp_sum > 0 else 0.0
-        known_rates = [100.0 / w.capacity_kbps for w in snapshot.workers if w.capacity_kbps]
-        if known_rates:
+        known = [w.capacity_kbps for w in snapshot.workers if w.capacity_kbps]
+        if known:
             # A worker that has not reported a capacity yet (it just joined) is priced as the
-            # smallest known one: under-filling it costs one more move when its capacity comes
-            # in; over-filling it (a hot lease on a small worker) costs an exchange.
-            fleet_rate = max(known_rates)
+            # fleet's average worker: the best guess without data, off by less than pricing it
+            # as the smallest or the largest, and it gives the newcomer enough load for its own
+            # estimate to come in quickly (a lightly loaded worker's CPU is mostly noise).
+            fleet_rate = 100.0 * len(known) / sum(known)
         # CPU is only usable with a way to predict what a lease costs: a capacity or a ratio.
         self.cpu_mode = reporting and fleet_rate > 0
         self.rate: dict[str, float] = {}
@@ -233,20 +236,28 @@ class LoadModel:
             # from the leases it now owns (current throughput, handoffs at the new owner, no lag
             # of the CPU window, no saturation at 100 %). Without one: its measured CPU, with
             # handoffs in progress moved from the old owner (which the CPU still shows) to the new.
+            # A worker whose CPU reads 0 while it owns leases has not measured them yet (every
+            # worker's first sample is 0, and a newcomer was just given its leases): predicted
+            # from them too, or it looks empty and draws ever more.
             self.load = {}
             for w in snapshot.workers:
-                if w.capacity_kbps:
+                if w.capacity_kbps or (not w.cpu_percent and assigned[w.worker_id] > 0):
                     self.load[w.worker_id] = assigned[w.worker_id] * self.rate[w.worker_id]
                 else:
                     self.load[w.worker_id] = float(w.cpu_percent or 0.0)
+            measured = self.measured = {
+                w.worker_id
+                for w in snapshot.workers
+                if not w.capacity_kbps and not (not w.cpu_percent and assigned[w.worker_id] > 0)
+            }
             for lease in snapshot.leases:
                 if not lease.in_handoff or lease.expired:
                     continue
                 tp = throughputs[lease.key]
                 old, new = lease.checkpoint_owner, lease.owner
-                if old in self.load and not self.workers[old].capacity_kbps:
+                if old in measured:
                     self.load[old] = max(0.0, self.load[old] - tp * self.rate[old])
-                if new in self.load and not self.workers[new].capacity_kbps:
+                if new in measured:
                     self.load[new] += tp * self.rate[new]
             self.limit = {w.worker_id: w.max_cpu_percent for w in snapshot.workers}
         else:

@@ -13,7 +13,8 @@ the loads predicted after that move. Compared with the KCL 3.x variance decider:
 - a lease costs a different amount of CPU on each worker (its capacity), so a small worker is
   not filled to the fleet's average throughput;
 - when no single move helps (a hot lease nobody can absorb as is), it exchanges one lease of
-  the most loaded worker for lighter ones of another worker;
+  the most loaded worker for lighter ones of another worker, when the gain pays for every
+  lease the exchange moves;
 - every move (or exchange) must lower the pair's peak by a minimum gain, so the descending
   vector of loads strictly decreases: no A->B->A cycle on a static load, and a fixed point
   once no move helps;
@@ -47,19 +48,24 @@ class BalancerSettings:
     """``trigger_percent``: rebalance only when a worker is outside mean +- this (or above its
     operating range). ``target_percent``: once triggered, plan until every worker is within
     mean +- this. ``min_gain_percent``: a move must lower the higher load of its two workers by
-    at least this share of the mean (noise guard). ``max_moves``: cap per plan (None: no cap)."""
+    at least this share of the mean for each lease it moves (noise guard).
+    ``noise_floor_percent``: a worker whose load is its measured CPU (no capacity) counts as
+    outside a band only when it is also this many CPU points from the mean (at a mean of a few
+    percent, 10 % of it is well below the noise of one reading); predicted loads have no such
+    floor. ``max_moves``: cap per plan (None: no cap)."""
 
     trigger_percent: float = 10.0
     target_percent: float = 5.0
     min_gain_percent: float = 1.0
+    noise_floor_percent: float = 1.0
     max_moves: int | None = None
     take_expired_sticky: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.target_percent <= self.trigger_percent:
             raise ValueError("need 0 <= target_percent <= trigger_percent")
-        if self.min_gain_percent < 0:
-            raise ValueError("min_gain_percent must be >= 0")
+        if self.min_gain_percent < 0 or self.noise_floor_percent < 0:
+            raise ValueError("min_gain_percent and noise_floor_percent must be >= 0")
         if self.max_moves is not None and self.max_moves < 0:
             raise ValueError("max_moves must be >= 0")
 
@@ -77,12 +83,15 @@ def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None =
     return Plan(assignments=tuple(assignments), moves=tuple(moves))
 
 
-def _outside(model: LoadModel, band_percent: float) -> bool:
+def _outside(model: LoadModel, band_percent: float, floor: float = 0.0) -> bool:
     mean = model.mean()
-    low, high = mean * (1 - band_percent / 100), mean * (1 + band_percent / 100)
-    return any(
-        load > high or load < low or load > model.limit[wid] for wid, load in model.load.items()
-    )
+    band = mean * band_percent / 100
+    for wid, load in model.load.items():
+        # A measured CPU reading is only known to within its noise; a predicted load is not.
+        half = max(band, floor) if wid in model.measured else band
+        if abs(load - mean) > half or load > model.limit[wid]:
+            return True
+    return False
 
 
 def _rebalance(
@@ -94,7 +103,7 @@ def _rebalance(
 ) -> list[Move]:
     if len(model.workers) < 2 or model.mean() <= 0:
         return []
-    if not _outside(model, settings.trigger_percent):
+    if not _outside(model, settings.trigger_percent, settings.noise_floor_percent):
         return []
     movable: dict[str, _Holdings] = {wid: _Holdings() for wid in model.workers}
     for lease in snapshot.leases:
@@ -118,7 +127,7 @@ def _rebalance(
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
-        if not _outside(model, settings.target_percent):
+        if not _outside(model, settings.target_percent, settings.noise_floor_percent / 2):
             break
         step = _best_move(model, movable, settings) or _best_swap(model, movable, settings)
         if step is None:
@@ -224,7 +233,8 @@ def _best_swap(
     exchange of one lease of a loaded worker (from the most loaded) for lighter leases of
     another that lowers the pair's peak the most (within the noise guard: the fewest leases):
     the given lease g, and back from the receiver its largest leases that fit, greedily, into
-    g - (L_d - L_r) / (c_d + c_r) (what leaves the pair level). An exchange is one step."""
+    g - (L_d - L_r) / (c_d + c_r) (what leaves the pair level). An exchange is one step, and
+    must lower the peak by the minimum gain for every lease it moves."""
     min_gain = model.mean() * settings.min_gain_percent / 100
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
@@ -256,7 +266,9 @@ def _best_swap(
                 if new_receiver > model.limit[receiver]:
                     continue
                 peak = max(before - net * rate_d, new_receiver)
-                if peak > before - min_gain or peak >= before:
+                # Every lease an exchange moves must pay for itself: a hot lease traded for six
+                # light ones is worth it only for a large gain, not to shave a point off a peak.
+                if peak > before - min_gain * (1 + len(taken)) or peak >= before:
                     continue
                 candidate = (peak, len(taken), given_key, receiver, given, taken)
                 found.append(candidate)

@@ -1,0 +1,86 @@
+"""The load planner's guards against moving for noise or for too little: an exchange pays for
+every lease it moves, a newcomer without a capacity is priced as the fleet's average worker,
+a newcomer's load is predicted from the leases it holds until its CPU shows them, and
+differences of a CPU point or less in measured CPU are not worth a move."""
+
+from __future__ import annotations
+
+from kclasync._core.load_assignment import (
+    FleetSnapshot,
+    LeaseLoad,
+    LoadModel,
+    WorkerLoad,
+    lease_throughputs,
+)
+from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
+
+
+def _hot_on_small() -> FleetSnapshot:
+    # w1 (1000 KB/s) carries only the hot lease: 10 %; w2 (2000 KB/s) ten light ones: 5 %.
+    # The best exchange (the hot lease for six light ones) lowers the peak from 10 to 7 %:
+    # 40 % of the mean of 7.5, over seven leases moved.
+    light = tuple(LeaseLoad(f"l{i}", "w2", 10.0) for i in range(10))
+    return FleetSnapshot(
+        (LeaseLoad("hot", "w1", 100.0), *light),
+        (
+            WorkerLoad("w1", cpu_percent=10.0, capacity_kbps=1000.0),
+            WorkerLoad("w2", cpu_percent=5.0, capacity_kbps=2000.0),
+        ),
+    )
+
+
+def test_an_exchange_must_pay_for_every_lease_it_moves() -> None:
+    assert len(plan_load_aware(_hot_on_small(), BalancerSettings(min_gain_percent=5)).moves) == 7
+    # 6 % of the mean per lease: 42 % for seven leases, more than the exchange gains.
+    assert plan_load_aware(_hot_on_small(), BalancerSettings(min_gain_percent=6)).moves == ()
+
+
+def test_a_worker_without_a_capacity_yet_is_priced_as_the_fleets_average() -> None:
+    leases = (LeaseLoad("a", "w1", 300.0), LeaseLoad("b", "w2", 300.0))
+    workers = (
+        WorkerLoad("w1", cpu_percent=10.0, capacity_kbps=3000.0),
+        WorkerLoad("w2", cpu_percent=30.0, capacity_kbps=1000.0),
+        WorkerLoad("new", cpu_percent=0.0),
+    )
+    snapshot = FleetSnapshot(leases, workers)
+    model = LoadModel(snapshot, lease_throughputs(leases))
+    assert model.cost("new", 100.0) == 100.0 * 100.0 / 2000.0
+
+
+def test_a_newcomer_whose_cpu_reads_zero_is_not_taken_for_empty() -> None:
+    # "new" was given 300 KB/s last run; its first CPU sample is 0 (as every first sample is).
+    leases = (
+        LeaseLoad("a", "w1", 300.0),
+        LeaseLoad("b", "w1", 300.0),
+        LeaseLoad("c", "new", 300.0),
+    )
+    workers = (
+        WorkerLoad("w1", cpu_percent=20.0, capacity_kbps=3000.0),
+        WorkerLoad("new", cpu_percent=0.0),
+    )
+    model = LoadModel(FleetSnapshot(leases, workers), lease_throughputs(leases))
+    assert model.load["new"] == 10.0
+    # Balanced as predicted (w1 20 %, new 10 % of 3000 KB/s): nothing more is sent its way.
+    assert plan_load_aware(FleetSnapshot(leases, workers)).moves == ()
+
+
+def test_measured_differences_below_the_noise_floor_are_not_rebalanced() -> None:
+    # No capacities: loads are measured CPU, 3.6 / 2.7 / 1.8 %. w1 is 33 % above the mean, but
+    # 0.9 CPU points, which a single reading's noise covers.
+    def fleet(kbps: float, cpu: float, capacity: float | None = None) -> FleetSnapshot:
+        counts = {"w1": 4, "w2": 3, "w3": 2}
+        leases = tuple(
+            LeaseLoad(f"{wid}-{i}", wid, kbps) for wid, n in counts.items() for i in range(n)
+        )
+        workers = tuple(
+            WorkerLoad(wid, cpu_percent=cpu * n, capacity_kbps=capacity)
+            for wid, n in counts.items()
+        )
+        return FleetSnapshot(leases, workers)
+
+    assert plan_load_aware(fleet(9.0, 0.9)).moves == ()
+    assert len(plan_load_aware(fleet(9.0, 0.9), BalancerSettings(noise_floor_percent=0)).moves) == 1
+    # The floor is in CPU points: a fleet ten times busier with the same shape is rebalanced.
+    assert len(plan_load_aware(fleet(90.0, 9.0)).moves) == 1
+    # Loads predicted from configured capacities carry no reading noise: no floor.
+    assert len(plan_load_aware(fleet(9.0, 0.9, capacity=1000.0)).moves) == 1
