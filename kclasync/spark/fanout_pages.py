@@ -25,18 +25,19 @@ from kclasync.spark.fetch import Pages, PageSource
 
 __all__ = ["TASK_POLICY", "FanOutPages", "fanout_pages"]
 
-#: Resubscription inside one Spark task: a subscription that keeps failing fails the task (Spark
-#: retries it) instead of hanging; a shard's previous subscription (the last batch's task)
-#: usually frees itself within seconds.
+#: Resubscription inside one Spark task. The service refuses a new subscription to a shard
+#: within 5 s of the consumer's last successful one (ResourceInUse; the previous batch's task
+#: made it) and allows one SubscribeToShard call per second per consumer and shard: retry every
+#: 1-2 s. A subscription that keeps failing fails the task (Spark retries it) instead of hanging.
 TASK_POLICY = ResubscribePolicy(
-    base_backoff=0.2, max_backoff=2.0, in_use_backoff=0.5, max_failures=12
+    base_backoff=0.5, max_backoff=2.0, in_use_backoff=2.0, max_failures=15
 )
 
 #: Stands for "the shard goes on" in a page (a fan-out read has no shard iterator).
 _OPEN = "subscription"
 
-#: The shortest wait for an event, also once the read's time limit has passed (a replay reads
-#: on until it has its recorded records).
+#: The shortest wait for an event once the read's time limit has passed (a replay reads on
+#: until it has its recorded records).
 _MIN_WAIT = 1.0
 
 
@@ -45,12 +46,15 @@ class FanOutPages:
 
     An event's records form one page. An event with ``MillisBehindLatest`` 0 means nothing more
     is there at the moment: the next page is an empty, caught-up one, without waiting for the
-    next event. No event within the time left (at least ``_MIN_WAIT``) also reads as caught up.
+    next event. The read's time limit (``max_seconds``) counts from the first event, so the
+    wait for a subscription (bounded by ``TASK_POLICY``) does not use it up; no event within
+    the time left (at least ``_MIN_WAIT``) then also reads as caught up.
     """
 
-    def __init__(self, events: AsyncGenerator[SubscriptionEvent, None], deadline: float) -> None:
+    def __init__(self, events: AsyncGenerator[SubscriptionEvent, None], max_seconds: float) -> None:
         self._events = events
-        self._deadline = deadline
+        self._max_seconds = max_seconds
+        self._deadline: float | None = None
         self._pending: asyncio.Future[SubscriptionEvent] | None = None
         self._caught_up = False
 
@@ -61,12 +65,14 @@ class FanOutPages:
         if self._pending is None:
             self._pending = asyncio.ensure_future(anext(self._events))
         loop = asyncio.get_running_loop()
-        wait = max(self._deadline - loop.time(), _MIN_WAIT)
+        wait = None if self._deadline is None else max(self._deadline - loop.time(), _MIN_WAIT)
         done, _ = await asyncio.wait({self._pending}, timeout=wait)
         if not done:
             return GetRecordsResult([], _OPEN, millis_behind_latest=0)
         pending, self._pending = self._pending, None
         event = pending.result()  # the cursor's errors surface here
+        if self._deadline is None:
+            self._deadline = loop.time() + self._max_seconds
         self._caught_up = bool(event.records) and event.millis_behind_latest == 0
         return GetRecordsResult(
             event.records,
@@ -111,8 +117,7 @@ def fanout_pages(
             reregister=reregister,
             on_subscribe=on_subscribe,
         )
-        deadline = asyncio.get_running_loop().time() + max_seconds
-        pages = FanOutPages(cursor.events(), deadline)
+        pages = FanOutPages(cursor.events(), max_seconds)
         try:
             yield pages
         finally:
