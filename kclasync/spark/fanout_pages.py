@@ -18,7 +18,7 @@ import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from kclasync._adapters.fanout import FanOutClient, SubscriptionEvent
-from kclasync._adapters.protocols import GetRecordsResult, StartingPosition
+from kclasync._adapters.protocols import GetRecordsResult, IteratorType, StartingPosition
 from kclasync._core.fanout_session import ResubscribePolicy
 from kclasync._runtime.fanout_cursor import FanOutCursor
 from kclasync.spark.fetch import Pages, PageSource
@@ -44,15 +44,26 @@ _MIN_WAIT = 1.0
 class FanOutPages:
     """The pages of one shard from one fan-out cursor.
 
-    An event's records form one page. An event with ``MillisBehindLatest`` 0 means nothing more
-    is there at the moment: the next page is an empty, caught-up one, without waiting for the
-    next event. The read's time limit (``max_seconds``) counts from the first event, so the
+    An event's records form one page. An event with ``MillisBehindLatest`` 0 that brought a
+    record other than the starting position's own (a subscription AT_SEQUENCE_NUMBER repeats
+    it) means nothing more is there at the moment: the next page is an empty, caught-up one,
+    without waiting for the next event. (Otherwise the next event is awaited: at a closed
+    shard's end it is the one that carries the ChildShards.) The read's time limit
+    (``max_seconds``) counts from the first event, so the
     wait for a subscription (bounded by ``TASK_POLICY``) does not use it up; no event within
     the time left (at least ``_MIN_WAIT``) then also reads as caught up.
     """
 
-    def __init__(self, events: AsyncGenerator[SubscriptionEvent, None], max_seconds: float) -> None:
+    def __init__(
+        self,
+        events: AsyncGenerator[SubscriptionEvent, None],
+        max_seconds: float,
+        start: StartingPosition,
+    ) -> None:
         self._events = events
+        self._start = (
+            start.sequence_number if start.type is IteratorType.AT_SEQUENCE_NUMBER else None
+        )
         self._max_seconds = max_seconds
         self._deadline: float | None = None
         self._pending: asyncio.Future[SubscriptionEvent] | None = None
@@ -73,7 +84,8 @@ class FanOutPages:
         event = pending.result()  # the cursor's errors surface here
         if self._deadline is None:
             self._deadline = loop.time() + self._max_seconds
-        self._caught_up = bool(event.records) and event.millis_behind_latest == 0
+        fresh = any(r.sequence_number != self._start for r in event.records)
+        self._caught_up = fresh and event.millis_behind_latest == 0
         return GetRecordsResult(
             event.records,
             None if event.shard_ended else _OPEN,
@@ -117,7 +129,7 @@ def fanout_pages(
             reregister=reregister,
             on_subscribe=on_subscribe,
         )
-        pages = FanOutPages(cursor.events(), max_seconds)
+        pages = FanOutPages(cursor.events(), max_seconds, position)
         try:
             yield pages
         finally:

@@ -109,7 +109,7 @@ def test_available_now_over_a_backlog_split_in_the_middle(
             unique_name,
             tmp_path,
             endpointUrl=relay.url,
-            maxRecordsPerShard=120,
+            maxRecordsPerShard=200,
             consumerType="EFO",
             consumerName="lake",
         )

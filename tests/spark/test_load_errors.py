@@ -45,6 +45,20 @@ def load_error(spark: Any, options: dict[str, str]) -> str:
             "ConfigError: invalid configuration: maxrecordpershard: is not an option",
         ),
         ({"failOnDataLoss": "maybe"}, "failOnDataLoss: must be true or false, got 'maybe'"),
+        (
+            {"consumerType": "PUSH"},
+            "ConfigError: invalid configuration: consumerType: must be POLLING or EFO "
+            "(enhanced fan-out), got 'PUSH'",
+        ),
+        (
+            {"consumerType": "EFO"},
+            "ConfigError: invalid configuration: consumerName: is required with consumerType=EFO",
+        ),
+        (
+            {"consumerType": "efo", "consumerName": "a b"},
+            "consumerName: must be 1-128 characters of letters, digits",
+        ),
+        ({"consumerName": "lake"}, "consumerName: applies only with consumerType=EFO"),
     ],
 )
 def test_bad_options_fail_at_load(
