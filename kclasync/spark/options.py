@@ -45,6 +45,7 @@ SOURCE_OPTIONS: Final = (
     "failOnDataLoss",
     "consumerType",
     "consumerName",
+    "shardsPerTask",
     *_AWS,
 )
 SINK_OPTIONS: Final = (
@@ -156,6 +157,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     consumer_type: ConsumerType = ConsumerType.POLLING
     consumer_name: str | None = None
+    shards_per_task: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -191,6 +193,7 @@ class SourceOptions:
             fail_on_data_loss=_bool_option(opts, "failOnDataLoss", True),
             consumer_type=consumer_type,
             consumer_name=consumer_name,
+            shards_per_task=_int_option(opts, "shardsPerTask", 1, 1000) or 1,
         )
 
 

@@ -10,6 +10,7 @@ Must not: plan batches or register stream consumers (the driver does, in
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -26,8 +27,10 @@ from kclasync.spark.worker_io import WorkerIO, worker_io
 
 __all__ = [
     "ARROW_CHUNK",
+    "ShardGroupPartition",
     "ShardPartition",
     "arrow_batches",
+    "group_partitions",
     "parse_time",
     "read_partition",
 ]
@@ -65,6 +68,14 @@ class ShardPartition(InputPartition):
         self.consumer_arn = consumer_arn
 
 
+class ShardGroupPartition(InputPartition):
+    """Several shards of one batch read by one task, concurrently (``shardsPerTask``)."""
+
+    def __init__(self, parts: list[ShardPartition]) -> None:
+        super().__init__(tuple(p.shard_id for p in parts))
+        self.parts = parts
+
+
 def parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
 
@@ -76,11 +87,32 @@ def read_partition(p: ShardPartition) -> list[Record]:
     return io.run(lambda: _read_partition(io, p))
 
 
-def arrow_batches(p: ShardPartition) -> Iterator[Any]:
-    """The partition's rows as Arrow record batches of at most ``ARROW_CHUNK`` rows."""
-    records = read_partition(p)
-    for i in range(0, len(records), ARROW_CHUNK):
-        yield records_to_arrow(records[i : i + ARROW_CHUNK], p.options.stream_name)
+def arrow_batches(p: ShardPartition | ShardGroupPartition) -> Iterator[Any]:
+    """The partition's rows as Arrow record batches of at most ``ARROW_CHUNK`` rows. The shards
+    of a group are read concurrently; each is recorded in the progress store before any row
+    of the task leaves."""
+    parts = p.parts if isinstance(p, ShardGroupPartition) else [p]
+    io = worker_io()
+
+    async def read_all() -> list[list[Record]]:
+        async with asyncio.TaskGroup() as group:  # one failure cancels the other reads
+            reads = [group.create_task(_read_partition(io, part)) for part in parts]
+        return [read.result() for read in reads]
+
+    for part, records in zip(parts, io.run(read_all), strict=True):
+        for i in range(0, len(records), ARROW_CHUNK):
+            yield records_to_arrow(records[i : i + ARROW_CHUNK], part.options.stream_name)
+
+
+def group_partitions(
+    parts: list[ShardPartition], per_task: int
+) -> list[ShardPartition] | list[ShardGroupPartition]:
+    """``parts`` in tasks of at most ``per_task`` shards, as even as possible (shards in the
+    order given, dealt round-robin)."""
+    if per_task <= 1 or len(parts) <= 1:
+        return parts
+    tasks = -(-len(parts) // per_task)
+    return [ShardGroupPartition(parts[i::tasks]) for i in range(tasks)]
 
 
 async def _pages(io: WorkerIO, p: ShardPartition) -> PageSource | None:

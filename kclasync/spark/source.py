@@ -53,7 +53,14 @@ from kclasync.spark.offsets import (
 from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
 from kclasync.spark.progress import ProgressStore, open_progress_store
 from kclasync.spark.schema import SCHEMA_DDL
-from kclasync.spark.shard_task import ShardPartition, arrow_batches, parse_time, read_partition
+from kclasync.spark.shard_task import (
+    ShardGroupPartition,
+    ShardPartition,
+    arrow_batches,
+    group_partitions,
+    parse_time,
+    read_partition,
+)
 
 __all__ = [
     "KinesisDataSource",
@@ -285,10 +292,12 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._driver.run(lambda: write_positions(store, state, owner))
         self._lease_state = dict(state)
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
+    def partitions(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> list[ShardPartition] | list[ShardGroupPartition]:
         offset = SourceOffset.from_json(end)
         consumer_arn = self._fanout_consumer()
-        return [
+        parts = [
             ShardPartition(
                 options=self.options,
                 run=offset.run,
@@ -303,9 +312,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for sid, pos in sorted(offset.shards.items())
             if pos.quota > 0
         ]
+        return group_partitions(parts, self.options.shards_per_task)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, ShardPartition)
+        assert isinstance(partition, (ShardPartition, ShardGroupPartition))
         yield from arrow_batches(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
