@@ -2,7 +2,7 @@
 that adds the service's initial-response and ChildShards: executor tasks read exactly their
 planned range through SubscribeToShard (no GetRecords), a recorded batch replays exactly, and an
 availableNow query over a backlog with a split in the middle gives every record once, children
-after their parent."""
+after their parent (the shards of a batch read two per task, concurrently)."""
 
 from __future__ import annotations
 
@@ -110,6 +110,7 @@ def test_available_now_over_a_backlog_split_in_the_middle(
             tmp_path,
             endpointUrl=relay.url,
             maxRecordsPerShard=200,
+            shardsPerTask=2,  # the shards of a batch read concurrently in one task
             consumerType="EFO",
             consumerName="lake",
         )

@@ -59,6 +59,7 @@ def load_error(spark: Any, options: dict[str, str]) -> str:
             "consumerName: must be 1-128 characters of letters, digits",
         ),
         ({"consumerName": "lake"}, "consumerName: applies only with consumerType=EFO"),
+        ({"shardsPerTask": "0"}, "shardsPerTask: must be between 1 and 1000, got 0"),
     ],
 )
 def test_bad_options_fail_at_load(
