@@ -96,10 +96,11 @@ class FanOutPages:
     async def aclose(self) -> None:
         """Stop waiting and close the subscription."""
         pending, self._pending = self._pending, None
-        if pending is not None and not pending.done():
+        if pending is not None:
             pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
+            await asyncio.wait({pending})  # the subscription's cleanup ran
+            if not pending.cancelled():
+                pending.exception()  # retrieved: the read is over either way
         await self._events.aclose()
 
 
