@@ -1,6 +1,7 @@
 """The source with enhanced fan-out (``consumerType=EFO``) on kinesis-local, through the test relay
 that adds the service's initial-response and ChildShards: executor tasks read exactly their
-planned range through SubscribeToShard (no GetRecords), a recorded batch replays exactly, and an
+planned range through SubscribeToShard (no GetRecords), a recorded batch replays exactly, the
+driver reuses a registered consumer, and an
 availableNow query over a backlog with a split in the middle gives every record once, children
 after their parent (the shards of a batch read two per task, concurrently)."""
 
@@ -18,6 +19,7 @@ from kclasync._adapters.fanout import FanOutClient
 from kclasync.spark.offsets import TRIM_HORIZON, format_position
 from kclasync.spark.options import SourceOptions
 from kclasync.spark.shard_task import ShardPartition, read_partition
+from kclasync.spark.source import KinesisStreamReader
 from kclasync.spark.worker_io import WorkerIO
 from kclasync.testing.emulators import LocalAws
 from tests.spark.support import RelayThread, create_and_produce, produce, source_options
@@ -72,6 +74,13 @@ def test_fan_out_tasks_read_their_planned_range_and_replay_it(
                 consumer_arn=arn,
             )
 
+        # The driver's reader reuses the consumer registered above (once per query).
+        reader = KinesisStreamReader(opts)
+        try:
+            assert reader._fanout_consumer() == arn
+            assert reader._fanout_consumer() == arn
+        finally:
+            reader.stop()
         try:
             first = read_partition(part(0, TRIM_HORIZON, 20))
             replay = read_partition(part(0, TRIM_HORIZON, 25))  # recorded: the same 20 again
@@ -87,6 +96,7 @@ def test_fan_out_tasks_read_their_planned_range_and_replay_it(
         (r.sequence_number for r in first + rest), key=int
     )
     assert operations["SubscribeToShard"] >= 3 and operations["GetRecords"] == 0
+    assert operations["RegisterStreamConsumer"] == 1
     assert io.created == {"kinesis": 1, "progress": 1}
 
 
