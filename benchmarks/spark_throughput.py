@@ -33,6 +33,9 @@ from kclasync import Consumer, ConsumerConfig
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.testing.emulators import LocalAws, moto_process
 
+#: Print each run's batches and Spark's time per phase (``--phases``).
+PHASES = False
+
 AWS = {"region": "us-east-1", "awsAccessKeyId": "testing", "awsSecretKey": "testing"}
 
 
@@ -74,7 +77,7 @@ async def plain_loop(local: LocalAws, stream: str) -> tuple[int, float]:
 
 
 def source_run(
-    spark: Any, local: LocalAws, stream: str, tmp: str, fmt: str, n: int
+    spark: Any, local: LocalAws, stream: str, tmp: str, fmt: str, n: int, per_task: int = 1
 ) -> tuple[float, float]:
     """(rows/s from ``start()`` to the end, rows/s over the query's batches). The second is
     Spark's ``processedRowsPerSecond`` over the run: every batch's planning, task launches,
@@ -86,6 +89,7 @@ def source_run(
         "startingPosition": "TRIM_HORIZON",
         "maxRecordsPerShard": "100000",
         "maxFetchTimePerShardSec": "60",
+        "shardsPerTask": str(per_task),
         **AWS,
     }
     df = spark.readStream.format("kinesis").options(**options).load()
@@ -100,6 +104,10 @@ def source_run(
     elapsed = time.monotonic() - started
     rows = sum(p["numInputRows"] for p in query.recentProgress)
     batches = sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress) / 1000
+    if PHASES:
+        print(f"  run {n}: {elapsed:.2f} s from start(), {batches:.2f} s in batches")
+        for p in query.recentProgress:
+            print(f"    batch {p['batchId']}: {p['numInputRows']} rows {dict(p['durationMs'])}")
     return rows / elapsed, rows / batches
 
 
@@ -176,9 +184,18 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--shards-per-task",
+        type=int,
+        default=2,
+        help="also measure the source with this shardsPerTask (local[2]: 2 reads all 4 at once)",
+    )
+    parser.add_argument("--phases", action="store_true", help="Spark's time per batch phase")
     parser.add_argument("--skip-extras", action="store_true", help="only the source vs plain")
     parser.add_argument("--timeout", type=float, default=900.0)
     args = parser.parse_args()
+    global PHASES
+    PHASES = args.phases
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import signal
@@ -209,21 +226,27 @@ def main() -> None:
         print(f"spark session start: {time.monotonic() - started:.1f} s")
         cold, _ = source_run(spark, local, "bench", tmp, "noop", 0)
         print(f"source -> noop, cold (Python workers start):   {cold:,.0f} rows/s")
-        runs = [source_run(spark, local, "bench", tmp, "noop", i) for i in (1, 2)]
+        per_task = sorted({1, args.shards_per_task})
+        runs = {
+            k: [source_run(spark, local, "bench", tmp, "noop", 10 * k + i, k) for i in (1, 2)]
+            for k in per_task
+        }
         n, s = asyncio.run(plain_loop(local, "bench"))
         plain.append(n / s)
         base = sum(plain) / len(plain)
-        warm = [end_to_end for end_to_end, _ in runs]
-        running = [in_batches for _, in_batches in runs]
-        best, best_running = max(warm), max(running)
         print(f"plain aiobotocore loop:                         {base:,.0f} rec/s  {plain}")
-        print(f"source -> noop, warm, start() to end (best of 2): {best:,.0f} rows/s  {warm}")
-        print(
-            f"source -> noop, warm, over its batches (best of 2): {best_running:,.0f} rows/s  "
-            f"{running}"
-        )
-        print(f"ratio source / plain loop, start() to end:      {best / base:.2f}x")
-        print(f"ratio source / plain loop, over its batches:    {best_running / base:.2f}x")
+        for k in per_task:
+            warm = [end_to_end for end_to_end, _ in runs[k]]
+            running = [in_batches for _, in_batches in runs[k]]
+            best, best_running = max(warm), max(running)
+            print(f"shardsPerTask={k}:")
+            print(f"  source -> noop, warm, start() to end (best of 2): {best:,.0f} rows/s  {warm}")
+            print(
+                f"  source -> noop, warm, over its batches (best of 2): {best_running:,.0f} "
+                f"rows/s  {running}"
+            )
+            print(f"  ratio source / plain loop, start() to end:      {best / base:.2f}x")
+            print(f"  ratio source / plain loop, over its batches:    {best_running / base:.2f}x")
         if not args.skip_extras:
             rate, _ = source_run(spark, local, "bench", tmp, "parquet", 3)
             print(f"source -> parquet, warm:                        {rate:,.0f} rows/s")

@@ -17,9 +17,12 @@ Executors call this on their worker's private event loop (``kclasync.spark.worke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
+from typing import Protocol
 
 import attrs
 
@@ -45,7 +48,16 @@ from kclasync.spark.offsets import (
     parse_position,
 )
 
-__all__ = ["AwsOptions", "DataLossError", "ShardRead", "expand", "has_new_records", "read_shard"]
+__all__ = [
+    "AwsOptions",
+    "DataLossError",
+    "PageSource",
+    "Pages",
+    "ShardRead",
+    "expand",
+    "has_new_records",
+    "read_shard",
+]
 
 log = logging.getLogger("kclasync.spark")
 
@@ -166,6 +178,16 @@ def _cursor(
     return ShardCursor(client, stream, shard_id, start, backoff=0.1, max_backoff=5.0, attempts=8)
 
 
+class Pages(Protocol):
+    """Pages of one shard in order: GetRecords results (``next_iterator`` None at SHARD_END)."""
+
+    async def next(self, limit: int) -> GetRecordsResult: ...
+
+
+#: Opens the pages of a shard from a starting position (closed when the read stops).
+PageSource = Callable[[StartingPosition], AbstractAsyncContextManager[Pages]]
+
+
 def _arrived_after(record: Record, until: datetime | None) -> bool:
     return (
         until is not None
@@ -187,6 +209,7 @@ async def read_shard(
     idle_interval: float = 0.2,
     replay: ShardProgress | None = None,
     fail_on_data_loss: bool = True,
+    pages: PageSource | None = None,
 ) -> ShardRead:
     """Read ``shard_id`` from ``start`` for one batch.
 
@@ -194,11 +217,18 @@ async def read_shard(
     that arrived after ``until``, at SHARD_END, or when caught up (an empty page with nothing
     behind). With ``replay`` (the progress an earlier attempt recorded), it reads exactly that
     many records again and returns ``replay`` as the progress.
+
+    ``pages``: where the records come from (default: GetRecords through the workers' shard
+    cursor; ``kclasync.spark.fanout_pages`` gives SubscribeToShard events as pages).
     """
     position = starting_position(start, timestamp)
     if position is None:
         return ShardRead([], replay or ShardProgress(0, SHARD_END, ended=True))
-    cursor = _cursor(client, stream, shard_id, position)
+    stack = contextlib.AsyncExitStack()
+    if pages is None:
+        cursor: Pages = _cursor(client, stream, shard_id, position)
+    else:
+        cursor = await stack.enter_async_context(pages(position))
     after = _After(start)
     records: list[Record] = []
     loop = asyncio.get_running_loop()
@@ -206,38 +236,39 @@ async def read_shard(
     want = replay.records if replay is not None else quota
     ended = more = False
     children: tuple[ChildShard, ...] = ()
-    while len(records) < want:
-        try:
-            result = await cursor.next(min(MAX_PAGE, want - len(records) + 1))
-        except ShardNotFoundError:
-            result = GetRecordsResult([], None)
-        page = after(result.records)
-        if after.lost is not None and (replay is None or replay.lost is None):
-            _data_loss(stream, shard_id, start, after.lost, fail_on_data_loss)
-        cut = False
-        if replay is None:
-            for i, record in enumerate(page):
-                if _arrived_after(record, until):
-                    page, cut = page[:i], True
-                    break
-        records.extend(page[: want - len(records)])
-        if len(records) >= want:
-            break  # the quota (possibly inside an aggregate)
-        if cut:
-            break  # the cutoff: the rest of the shard is for a later run
-        if result.shard_ended:
-            ended, children = True, result.child_shards
-            break
-        if replay is not None:
-            continue
-        caught_up = not result.records and not result.millis_behind_latest
-        if caught_up:
-            break
-        if loop.time() >= deadline:
-            more = True
-            break
-        if not result.records:
-            await asyncio.sleep(idle_interval)
+    async with stack:
+        while len(records) < want:
+            try:
+                result = await cursor.next(min(MAX_PAGE, want - len(records) + 1))
+            except ShardNotFoundError:
+                result = GetRecordsResult([], None)
+            page = after(result.records)
+            if after.lost is not None and (replay is None or replay.lost is None):
+                _data_loss(stream, shard_id, start, after.lost, fail_on_data_loss)
+            cut = False
+            if replay is None:
+                for i, record in enumerate(page):
+                    if _arrived_after(record, until):
+                        page, cut = page[:i], True
+                        break
+            records.extend(page[: want - len(records)])
+            if len(records) >= want:
+                break  # the quota (possibly inside an aggregate)
+            if cut:
+                break  # the cutoff: the rest of the shard is for a later run
+            if result.shard_ended:
+                ended, children = True, result.child_shards
+                break
+            if replay is not None:
+                continue
+            caught_up = not result.records and not result.millis_behind_latest
+            if caught_up:
+                break
+            if loop.time() >= deadline:
+                more = True
+                break
+            if not result.records:
+                await asyncio.sleep(idle_interval)
     if replay is None and len(records) >= want and not ended:
         more = True
     end = format_position(records[-1]) if records else start

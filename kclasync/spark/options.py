@@ -8,7 +8,9 @@ Must not: import pyspark or do I/O (``kclasync.spark.checks`` reaches AWS).
 
 from __future__ import annotations
 
+import enum
 import os
+import re
 from collections.abc import Mapping
 from typing import Final
 
@@ -19,7 +21,7 @@ from kclasync.errors import ConfigError
 from kclasync.spark.fetch import AwsOptions
 from kclasync.spark.progress_dynamodb import DEFAULT_PROGRESS_TABLE
 
-__all__ = ["SinkOptions", "SourceOptions", "lower_keys"]
+__all__ = ["ConsumerType", "SinkOptions", "SourceOptions", "lower_keys"]
 
 _AWS: Final = (
     "region",
@@ -41,6 +43,9 @@ SOURCE_OPTIONS: Final = (
     "shardListIntervalSec",
     "leaseTable",
     "failOnDataLoss",
+    "consumerType",
+    "consumerName",
+    "shardsPerTask",
     *_AWS,
 )
 SINK_OPTIONS: Final = (
@@ -54,6 +59,17 @@ SINK_OPTIONS: Final = (
 )
 #: Options Spark itself may pass to a data source.
 _SPARK_OWN: Final = ("path", "checkpointlocation", "queryname")
+
+
+#: A stream consumer's name as Kinesis allows it.
+_CONSUMER_NAME: Final = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+
+
+class ConsumerType(enum.Enum):
+    """How executors read shards: GetRecords, or enhanced fan-out (SubscribeToShard)."""
+
+    POLLING = "POLLING"
+    EFO = "EFO"
 
 
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -139,6 +155,9 @@ class SourceOptions:
     shard_list_interval: float = 10.0
     lease_table: str | None = None
     fail_on_data_loss: bool = True
+    consumer_type: ConsumerType = ConsumerType.POLLING
+    consumer_name: str | None = None
+    shards_per_task: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -159,6 +178,7 @@ class SourceOptions:
             raise ConfigError("startingPosition", str(exc)) from None
         per_shard = _int_option(opts, "maxRecordsPerShard", 10_000, 1_000_000)
         assert per_shard is not None
+        consumer_type, consumer_name = _consumer(opts)
         return cls(
             stream_name=stream,
             starting_position=start,
@@ -171,7 +191,40 @@ class SourceOptions:
             shard_list_interval=_float_option(opts, "shardListIntervalSec", 10.0),
             lease_table=opts.get("leasetable", "").strip() or None,
             fail_on_data_loss=_bool_option(opts, "failOnDataLoss", True),
+            consumer_type=consumer_type,
+            consumer_name=consumer_name,
+            shards_per_task=_int_option(opts, "shardsPerTask", 1, 1000) or 1,
         )
+
+
+def _consumer(opts: Mapping[str, str]) -> tuple[ConsumerType, str | None]:
+    raw = opts.get("consumertype", "").strip() or ConsumerType.POLLING.value
+    try:
+        kind = ConsumerType(raw.upper())
+    except ValueError:
+        raise ConfigError(
+            "consumerType", f"must be POLLING or EFO (enhanced fan-out), got {raw!r}"
+        ) from None
+    name = opts.get("consumername", "").strip() or None
+    if kind is ConsumerType.POLLING:
+        if name is not None:
+            raise ConfigError(
+                "consumerName", "applies only with consumerType=EFO (enhanced fan-out)"
+            )
+        return kind, None
+    if name is None:
+        raise ConfigError(
+            "consumerName",
+            "is required with consumerType=EFO: the stream consumer to register or reuse, "
+            "e.g. .option('consumerName', 'orders-to-lake'); concurrent queries on one "
+            "stream need distinct names",
+        )
+    if not _CONSUMER_NAME.fullmatch(name):
+        raise ConfigError(
+            "consumerName",
+            f"must be 1-128 characters of letters, digits, '_', '.' and '-', got {name!r}",
+        )
+    return kind, name
 
 
 @attrs.frozen

@@ -1,8 +1,9 @@
 """``spark.readStream.format("kinesis")``: a Spark 4 Python streaming source over kclasync.
 
 Owns: the ``DataSource`` and its stream reader: options, offsets in Spark's checkpoint, planning a
-batch on the driver (``kclasync.spark.offsets``), one input partition per shard read on the
-executors (``kclasync.spark.fetch``), the progress records that make replays exact
+batch on the driver (``kclasync.spark.offsets``), registering the stream consumer once per
+query for enhanced fan-out, one input partition per shard read on the executors
+(``kclasync.spark.shard_task``), the progress records that make replays exact
 (``kclasync.spark.progress``), and the optional lease-table positions (``lease_sync``).
 Must not: hold lineage rules of its own (they come from ``kclasync._core.shard_lineage``).
 
@@ -32,11 +33,12 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from kclasync._adapters.dynamodb import DynamoLeaseStore
+from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._core.position import InitialPositionKind
 from kclasync._core.shard import Shard
 from kclasync.spark.checks import check_sink, check_source
-from kclasync.spark.fetch import has_new_records, read_shard
+from kclasync.spark.fetch import has_new_records
 from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter, check_columns
 from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions
 from kclasync.spark.offsets import (
@@ -48,49 +50,29 @@ from kclasync.spark.offsets import (
     readable_shards,
     state_after,
 )
-from kclasync.spark.options import SinkOptions, SourceOptions
+from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
 from kclasync.spark.progress import ProgressStore, open_progress_store
-from kclasync.spark.schema import SCHEMA_DDL, records_to_arrow
-from kclasync.spark.worker_io import WorkerIO, worker_io
+from kclasync.spark.schema import SCHEMA_DDL
+from kclasync.spark.shard_task import (
+    ShardGroupPartition,
+    ShardPartition,
+    arrow_batches,
+    group_partitions,
+    parse_time,
+    read_partition,
+)
 
-__all__ = ["KinesisDataSource", "KinesisStreamReader", "ShardPartition", "SourceOptions"]
+__all__ = [
+    "KinesisDataSource",
+    "KinesisStreamReader",
+    "ShardPartition",
+    "SourceOptions",
+    "read_partition",
+]
 
 log = logging.getLogger("kclasync.spark")
 
 T = TypeVar("T")
-
-#: Rows per Arrow batch handed to Spark.
-ARROW_CHUNK = 4096
-
-
-class ShardPartition(InputPartition):
-    """One shard of one batch: read on an executor."""
-
-    def __init__(
-        self,
-        *,
-        options: SourceOptions,
-        run: str,
-        batch: int,
-        shard_id: str,
-        start: str,
-        quota: int,
-        timestamp: str | None,
-        until: str | None,
-    ) -> None:
-        super().__init__(shard_id)
-        self.options = options
-        self.run = run
-        self.batch = batch
-        self.shard_id = shard_id
-        self.start = start
-        self.quota = quota
-        self.timestamp = timestamp
-        self.until = until
-
-
-def _time(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text) if text else None
 
 
 class _DriverIO:
@@ -101,6 +83,7 @@ class _DriverIO:
         self._loop = asyncio.new_event_loop()
         self._stack = contextlib.AsyncExitStack()
         self.kinesis: KinesisStreamClient | None = None
+        self.fanout: FanOutClient | None = None
         self.leases: DynamoLeaseStore | None = None
         self.progress: ProgressStore | None = None
         self.run(self._open)
@@ -112,6 +95,7 @@ class _DriverIO:
             client_options.create_client("kinesis", session)
         )
         self.kinesis = KinesisStreamClient(kinesis)
+        self.fanout = FanOutClient(kinesis)
         opts = self._options
         self.progress = await open_progress_store(
             self._stack, opts.aws, opts.metadata_path, opts.progress_table, session=session
@@ -146,6 +130,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._listed_at = float("-inf")
         self._until: datetime | None = None
         self._lease_state: dict[str, ShardPosition] | None = None
+        self._consumer_arn: str | None = None
 
     # Executors get a copy without the driver's clients.
     def __getstate__(self) -> dict[str, Any]:
@@ -182,6 +167,21 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._listed = self._driver.run(lambda: self._kinesis().list_shards(stream))
             self._listed_at = now
         return self._listed
+
+    def _fanout_consumer(self) -> str | None:
+        """With ``consumerType=EFO``: the stream consumer's ARN, registered (or the existing one
+        reused) and ACTIVE, once per query; executors subscribe through it."""
+        opts = self.options
+        if opts.consumer_type is not ConsumerType.EFO:
+            return None
+        if self._consumer_arn is None:
+            fanout = self._driver.fanout
+            name = opts.consumer_name
+            assert fanout is not None and name is not None
+            consumer = self._driver.run(lambda: fanout.ensure_consumer(opts.stream_name, name))
+            log.info("reading %s through stream consumer %s", opts.stream_name, consumer.arn)
+            self._consumer_arn = consumer.arn
+        return self._consumer_arn
 
     # -- DataSourceStreamReader -----------------------------------------------------------
 
@@ -237,7 +237,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             listed=self._listing(),
             reported_children=[child for rec in read.values() for child in rec.children],
         )
-        timestamp = _time(offset.timestamp)
+        timestamp = parse_time(offset.timestamp)
         until = self._until
         candidates = readable_shards(state)
         known = [sid for sid in candidates if sid in read and read[sid].more]
@@ -292,9 +292,12 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._driver.run(lambda: write_positions(store, state, owner))
         self._lease_state = dict(state)
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
+    def partitions(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> list[ShardPartition] | list[ShardGroupPartition]:
         offset = SourceOffset.from_json(end)
-        return [
+        consumer_arn = self._fanout_consumer()
+        parts = [
             ShardPartition(
                 options=self.options,
                 run=offset.run,
@@ -304,16 +307,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 quota=pos.quota,
                 timestamp=offset.timestamp,
                 until=offset.until,
+                consumer_arn=consumer_arn,
             )
             for sid, pos in sorted(offset.shards.items())
             if pos.quota > 0
         ]
+        return group_partitions(parts, self.options.shards_per_task)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, ShardPartition)
-        records = read_partition(partition)
-        for i in range(0, len(records), ARROW_CHUNK):
-            yield records_to_arrow(records[i : i + ARROW_CHUNK], partition.options.stream_name)
+        assert isinstance(partition, (ShardPartition, ShardGroupPartition))
+        yield from arrow_batches(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         offset = SourceOffset.from_json(end)
@@ -324,42 +327,6 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._io is not None:
             self._io.close()
             self._io = None
-
-
-def read_partition(p: ShardPartition) -> list[Any]:
-    """Read one shard of one batch on an executor; the same records on every replay. The
-    clients are the Python worker's (``worker_io``), kept from task to task."""
-    io = worker_io()
-    return io.run(lambda: _read_partition(io, p))
-
-
-async def _read_partition(io: WorkerIO, p: ShardPartition) -> list[Any]:
-    opts = p.options
-    kinesis = await io.kinesis(opts.aws)
-    store = await io.progress(opts.aws, opts.metadata_path, opts.progress_table)
-
-    async def fetch(replay: Any) -> Any:
-        return await read_shard(
-            kinesis,
-            opts.stream_name,
-            p.shard_id,
-            p.start,
-            quota=p.quota,
-            timestamp=_time(p.timestamp),
-            until=_time(p.until),
-            max_seconds=opts.max_fetch_seconds,
-            replay=replay,
-            fail_on_data_loss=opts.fail_on_data_loss,
-        )
-
-    recorded = await store.get(p.run, p.batch, p.shard_id)
-    result = await fetch(recorded)
-    if recorded is None:
-        # Record where this batch stops before Spark sees a row; a racing attempt may have won.
-        claimed = await store.claim(p.run, p.batch, p.shard_id, result.progress)
-        if claimed != result.progress:
-            result = await fetch(claimed)
-    return list(result.records)
 
 
 class KinesisDataSource(DataSource):

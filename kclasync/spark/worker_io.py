@@ -3,8 +3,9 @@
 Spark reuses its Python worker processes from task to task (``spark.python.worker.reuse``, on by
 default). A task that made its own botocore session, loaded the service models and opened new
 connections spent as long on that as on reading a few thousand records; here one private event
-loop on a daemon thread holds, per connection settings, one session, one Kinesis client and one
-progress store, made by the first task that needs them and used by every later one.
+loop on a daemon thread holds, per connection settings, one session, one Kinesis client (also
+used for enhanced fan-out), and one progress store, made by the first task that needs them and
+used by every later one.
 
 Owns: that loop, its clients and running a task's coroutine on it (``run``).
 Must not: decide what to read or record (``kclasync.spark.source`` and ``fetch`` do), or be
@@ -20,6 +21,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.spark.fetch import AwsOptions
 from kclasync.spark.progress import ProgressStore, open_progress_store
@@ -42,6 +44,7 @@ class WorkerIO:
         self._stack = contextlib.AsyncExitStack()
         self._sessions: dict[AwsOptions, Any] = {}
         self._kinesis: dict[AwsOptions, KinesisStreamClient] = {}
+        self._fanout: dict[AwsOptions, FanOutClient] = {}
         self._stores: dict[tuple[AwsOptions, str | None, str], ProgressStore] = {}
         self._lock: asyncio.Lock | None = None
         #: Clients made so far, by service (a test checks that tasks reuse them).
@@ -80,8 +83,14 @@ class WorkerIO:
                     aws.client_options().create_client("kinesis", self._session(aws))
                 )
                 client = self._kinesis[aws] = KinesisStreamClient(raw)
+                self._fanout[aws] = FanOutClient(raw)
                 self.created["kinesis"] = self.created.get("kinesis", 0) + 1
             return client
+
+    async def fanout(self, aws: AwsOptions) -> FanOutClient:
+        """Enhanced fan-out over the same Kinesis client (called on the private loop)."""
+        await self.kinesis(aws)
+        return self._fanout[aws]
 
     async def progress(
         self, aws: AwsOptions, metadata_path: str | None, table: str

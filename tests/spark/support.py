@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import threading
 from typing import Any
 
 from kclasync.testing.emulators import LocalAws
@@ -46,3 +47,29 @@ def source_options(local: LocalAws, stream: str, tmp: pathlib.Path, **extra: Any
     }
     opts.update({k: str(v) for k, v in extra.items()})
     return opts
+
+
+class RelayThread:
+    """``KinesisLocalFanOutRelay`` on its own event loop in a thread, for the Spark tests (the
+    executors, in other processes, reach it over HTTP while the test waits synchronously)."""
+
+    def __init__(self, local: LocalAws) -> None:
+        from kclasync.testing.fanout_proxy import KinesisLocalFanOutRelay
+
+        self.relay = KinesisLocalFanOutRelay(kinesis_endpoint(local))
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> RelayThread:
+        self._thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self.relay.__aenter__(), self._loop).result(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.relay.__aexit__(None, None, None), self._loop).result(
+            30
+        )
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()

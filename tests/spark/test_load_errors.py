@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kclasync.errors import ConfigError
-from kclasync.spark.options import SinkOptions, SourceOptions
+from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
 from kclasync.testing.emulators import LocalAws, free_port
 from tests.spark.support import create_and_produce, source_options
 
@@ -45,6 +45,15 @@ def load_error(spark: Any, options: dict[str, str]) -> str:
             "ConfigError: invalid configuration: maxrecordpershard: is not an option",
         ),
         ({"failOnDataLoss": "maybe"}, "failOnDataLoss: must be true or false, got 'maybe'"),
+        (
+            {"consumerType": "PUSH"},
+            "ConfigError: invalid configuration: consumerType: must be POLLING or EFO "
+            "(enhanced fan-out), got 'PUSH'",
+        ),
+        (
+            {"consumerType": "EFO"},
+            "ConfigError: invalid configuration: consumerName: is required with consumerType=EFO",
+        ),
     ],
 )
 def test_bad_options_fail_at_load(
@@ -102,6 +111,15 @@ def test_option_parsing_without_spark() -> None:
         SourceOptions.parse({"streamName": "s", "maxRecordsPerBatch": "lots"})
     with pytest.raises(ConfigError, match="maxFetchTimePerShardSec"):
         SourceOptions.parse({"streamName": "s", "maxFetchTimePerShardSec": "-1"})
+    efo = SourceOptions.parse({"streamName": "s", "consumerType": "efo", "consumerName": "a.b-1"})
+    assert efo.consumer_type is ConsumerType.EFO and efo.consumer_name == "a.b-1"
+    assert parsed.consumer_type is ConsumerType.POLLING and parsed.shards_per_task == 1
+    with pytest.raises(ConfigError, match="consumerName: must be 1-128 characters of letters"):
+        SourceOptions.parse({"streamName": "s", "consumerType": "EFO", "consumerName": "a b"})
+    with pytest.raises(ConfigError, match="consumerName: applies only with consumerType=EFO"):
+        SourceOptions.parse({"streamName": "s", "consumerName": "lake"})
+    with pytest.raises(ConfigError, match="shardsPerTask: must be between 1 and 1000, got 0"):
+        SourceOptions.parse({"streamName": "s", "shardsPerTask": "0"})
     sink = SinkOptions.parse({"streamName": "out", "partitionKeyColumn": "k"})
     assert sink.partition_key_column == "k" and sink.max_records_per_request == 500
     with pytest.raises(ConfigError, match="maxRecordsPerRequest: must be between 1 and 500"):

@@ -96,3 +96,34 @@ def test_quotas_respect_both_limits_and_rotate() -> None:
         set(allocate_quotas(["a", "b", "c"], per_shard=9, per_batch=1, batch=b)) for b in range(3)
     ]
     assert picked == [{"a"}, {"b"}, {"c"}]
+
+
+def test_shards_per_task_groups_evenly() -> None:
+    from kclasync.spark.options import SourceOptions
+    from kclasync.spark.shard_task import ShardGroupPartition, ShardPartition, group_partitions
+
+    opts = SourceOptions.parse({"streamName": "s"})
+
+    def part(sid: str) -> ShardPartition:
+        return ShardPartition(
+            options=opts,
+            run="r",
+            batch=0,
+            shard_id=sid,
+            start="0",
+            quota=1,
+            timestamp=None,
+            until=None,
+        )
+
+    parts = [part(f"s{i}") for i in range(5)]
+    assert group_partitions(parts, 1) == parts
+    groups = group_partitions(parts, 2)
+    assert all(isinstance(g, ShardGroupPartition) for g in groups)
+    assert [[p.shard_id for p in g.parts] for g in groups] == [  # type: ignore[union-attr]
+        ["s0", "s3"],
+        ["s1", "s4"],
+        ["s2"],
+    ]
+    (one,) = group_partitions(parts, 10)
+    assert sorted(p.shard_id for p in one.parts) == [f"s{i}" for i in range(5)]  # type: ignore[union-attr]

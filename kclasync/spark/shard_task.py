@@ -1,0 +1,168 @@
+"""One executor task of the Spark source: read one shard of one batch, exactly as planned.
+
+Owns: the input partition Spark sends to an executor (``ShardPartition``), the task's read
+(record the batch's end in the progress store before any row leaves, or replay what an earlier
+attempt recorded), choosing polling or enhanced fan-out for it, and handing the records to Spark
+as Arrow batches.
+Must not: plan batches or register stream consumers (the driver does, in
+``kclasync.spark.source``), or hold read rules of its own (``kclasync.spark.fetch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+
+from kclasync._records import Record
+from kclasync.spark.fanout_pages import fanout_pages
+from kclasync.spark.fetch import PageSource, ShardRead, read_shard
+from kclasync.spark.offsets import ShardProgress
+from kclasync.spark.options import SourceOptions
+from kclasync.spark.schema import records_to_arrow
+from kclasync.spark.worker_io import WorkerIO, worker_io
+
+__all__ = [
+    "ARROW_CHUNK",
+    "ShardGroupPartition",
+    "ShardPartition",
+    "arrow_batches",
+    "group_partitions",
+    "parse_time",
+    "read_partition",
+]
+
+#: Rows per Arrow batch handed to Spark.
+ARROW_CHUNK = 4096
+
+
+class ShardPartition(InputPartition):
+    """One shard of one batch: read on an executor. ``consumer_arn``: the stream consumer the
+    driver registered for this query (enhanced fan-out), else None (GetRecords)."""
+
+    def __init__(
+        self,
+        *,
+        options: SourceOptions,
+        run: str,
+        batch: int,
+        shard_id: str,
+        start: str,
+        quota: int,
+        timestamp: str | None,
+        until: str | None,
+        consumer_arn: str | None = None,
+    ) -> None:
+        super().__init__(shard_id)
+        self.options = options
+        self.run = run
+        self.batch = batch
+        self.shard_id = shard_id
+        self.start = start
+        self.quota = quota
+        self.timestamp = timestamp
+        self.until = until
+        self.consumer_arn = consumer_arn
+
+
+class ShardGroupPartition(InputPartition):
+    """Several shards of one batch read by one task, concurrently (``shardsPerTask``)."""
+
+    def __init__(self, parts: list[ShardPartition]) -> None:
+        super().__init__(tuple(p.shard_id for p in parts))
+        self.parts = parts
+
+
+def parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def read_partition(p: ShardPartition) -> list[Record]:
+    """Read one shard of one batch on an executor; the same records on every replay. The
+    clients are the Python worker's (``worker_io``), kept from task to task."""
+    io = worker_io()
+    return io.run(lambda: _read_partition(io, p))
+
+
+def arrow_batches(p: ShardPartition | ShardGroupPartition) -> Iterator[Any]:
+    """The partition's rows as Arrow record batches of at most ``ARROW_CHUNK`` rows. The shards
+    of a group are read concurrently; each is recorded in the progress store before any row
+    of the task leaves."""
+    parts = p.parts if isinstance(p, ShardGroupPartition) else [p]
+    io = worker_io()
+
+    async def read_all() -> list[list[Record]]:
+        async with asyncio.TaskGroup() as group:  # one failure cancels the other reads
+            reads = [group.create_task(_read_partition(io, part)) for part in parts]
+        return [read.result() for read in reads]
+
+    for part, records in zip(parts, io.run(read_all), strict=True):
+        for i in range(0, len(records), ARROW_CHUNK):
+            yield records_to_arrow(records[i : i + ARROW_CHUNK], part.options.stream_name)
+
+
+def group_partitions(
+    parts: list[ShardPartition], per_task: int
+) -> list[ShardPartition] | list[ShardGroupPartition]:
+    """``parts`` in tasks of at most ``per_task`` shards, as even as possible (shards in the
+    order given, dealt round-robin)."""
+    if per_task <= 1 or len(parts) <= 1:
+        return parts
+    tasks = -(-len(parts) // per_task)
+    return [ShardGroupPartition(parts[i::tasks]) for i in range(tasks)]
+
+
+async def _pages(io: WorkerIO, p: ShardPartition) -> PageSource | None:
+    opts = p.options
+    if p.consumer_arn is None:
+        return None
+    fanout = await io.fanout(opts.aws)
+    name = opts.consumer_name
+    assert name is not None
+
+    async def reregister() -> str:
+        # Deregistered while the query runs: register it again under the same name.
+        return (await fanout.ensure_consumer(opts.stream_name, name)).arn
+
+    return fanout_pages(
+        fanout,
+        p.consumer_arn,
+        opts.stream_name,
+        p.shard_id,
+        max_seconds=opts.max_fetch_seconds,
+        reregister=reregister,
+    )
+
+
+async def _read_partition(io: WorkerIO, p: ShardPartition) -> list[Record]:
+    opts = p.options
+    kinesis = await io.kinesis(opts.aws)
+    store = await io.progress(opts.aws, opts.metadata_path, opts.progress_table)
+    pages = await _pages(io, p)
+
+    async def fetch(replay: ShardProgress | None) -> ShardRead:
+        return await read_shard(
+            kinesis,
+            opts.stream_name,
+            p.shard_id,
+            p.start,
+            quota=p.quota,
+            timestamp=parse_time(p.timestamp),
+            until=parse_time(p.until),
+            max_seconds=opts.max_fetch_seconds,
+            replay=replay,
+            fail_on_data_loss=opts.fail_on_data_loss,
+            pages=pages,
+        )
+
+    recorded = await store.get(p.run, p.batch, p.shard_id)
+    result = await fetch(recorded)
+    if recorded is None:
+        # Record where this batch stops before Spark sees a row; a racing attempt may have won.
+        claimed = await store.claim(p.run, p.batch, p.shard_id, result.progress)
+        if claimed != result.progress:
+            result = await fetch(claimed)
+    return list(result.records)
