@@ -1,0 +1,107 @@
+"""The SHARD_END order on the in-memory adapters in virtual time: child leases are created
+before the parent's SHARD_END checkpoint, so a worker that stops dead right after that
+checkpoint leaves no child without a lease, with no shard sync to repair it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from kclasync import Checkpointer, Consumer, ConsumerConfig, ShardInfo
+from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
+from kclasync._records import Record
+from tests.runtime.virtual import in_virtual_time
+from tests.support import wait_until
+
+STREAM = "s"
+
+
+class StopsDeadAtShardEnd:
+    """Processes records; at SHARD_END it checkpoints, notes which leases exist at that moment,
+    and then never returns, as a worker killed right after the checkpoint."""
+
+    seen: list[bytes]
+    at_shard_end: dict[str, frozenset[str]]
+    table: MemoryLeaseTable
+
+    def __init__(self) -> None:
+        self.shard = ""
+
+    async def initialize(self, shard: ShardInfo) -> None:
+        self.shard = shard.shard_id
+
+    async def process_records(
+        self,
+        records: Sequence[Record],
+        checkpointer: Checkpointer,
+        millis_behind_latest: int | None,
+    ) -> None:
+        self.seen.extend(r.data for r in records)
+        await checkpointer.checkpoint()
+
+    async def lease_lost(self) -> None:
+        return None
+
+    async def shard_ended(self, checkpointer: Checkpointer) -> None:
+        await checkpointer.checkpoint_shard_end()
+        self.at_shard_end[self.shard] = frozenset(self.table.leases)
+        await asyncio.Event().wait()
+
+    async def shutdown_requested(self, checkpointer: Checkpointer) -> None:
+        return None
+
+
+@in_virtual_time
+async def test_merge_child_exists_when_a_parent_checkpoints_shard_end() -> None:
+    client = MemoryStreamClient()
+    client.create_stream(STREAM, 2)
+    left, right = (s.shard_id for s in client.stream(STREAM).shards)
+    table = MemoryLeaseTable()
+    StopsDeadAtShardEnd.seen = []
+    StopsDeadAtShardEnd.at_shard_end = {}
+    StopsDeadAtShardEnd.table = table
+    consumer = Consumer(
+        stream_name=STREAM,
+        application_name="app",
+        processor=StopsDeadAtShardEnd,
+        config=ConsumerConfig(
+            worker_id="w",
+            failover_time=3.0,
+            initial_position="TRIM_HORIZON",
+            idle_time_between_reads=0.05,
+            min_time_between_reads=0.0,
+            parent_shard_poll_interval=0.1,
+            # No repair by the leader's shard sync within the test: only the SHARD_END path
+            # can create the merge child.
+            shard_sync_interval=3600.0,
+            shutdown_timeout=1.0,
+        ),
+        lease_store=MemoryLeaseStore(table),
+        stream_client=client,
+        registry=CollectorRegistry(),
+        rng=random.Random(0),
+    )
+    before = [b"before-%d" % i for i in range(20)]
+    for i, data in enumerate(before):
+        client.put_record(STREAM, f"k{i}", data)
+    async with consumer:
+        await wait_until(lambda: len(StopsDeadAtShardEnd.seen) == len(before), 20, "parents")
+        child = client.merge_shards(STREAM, left, right)
+        after = [b"after-%d" % i for i in range(10)]
+        for i, data in enumerate(after):
+            client.put_record(STREAM, f"k{i}", data)
+        # Both parents' workers stop dead after their SHARD_END checkpoint; the child is read
+        # all the same, because its lease was created before either checkpoint.
+        await wait_until(
+            lambda: len(StopsDeadAtShardEnd.seen) == len(before) + len(after), 30, "the child"
+        )
+    assert sorted(StopsDeadAtShardEnd.seen) == sorted(before + after)
+    assert set(StopsDeadAtShardEnd.at_shard_end) == {left, right}
+    for parent, leases in StopsDeadAtShardEnd.at_shard_end.items():
+        assert child in leases, f"{parent} checkpointed SHARD_END before {child} had a lease"
+    # Parent gating still held: no child record before every parent record.
+    first_child = min(StopsDeadAtShardEnd.seen.index(d) for d in after)
+    assert first_child >= len(before)
