@@ -11,7 +11,13 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry
 
 from kclasync import Checkpointer, Consumer, ConsumerConfig, ShardInfo
-from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
+from kclasync._adapters.memory import (
+    FaultPlan,
+    MemoryLeaseStore,
+    MemoryLeaseTable,
+    MemoryStreamClient,
+    OpFaults,
+)
 from kclasync._records import Record
 from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
@@ -105,3 +111,57 @@ async def test_merge_child_exists_when_a_parent_checkpoints_shard_end() -> None:
     # Parent gating still held: no child record before every parent record.
     first_child = min(StopsDeadAtShardEnd.seen.index(d) for d in after)
     assert first_child >= len(before)
+
+
+@in_virtual_time
+async def test_shard_end_waits_while_the_child_leases_cannot_be_written() -> None:
+    """Creating the children fails past the retry budget (an unreachable table for
+    ``create_lease``): the parent is not checkpointed at SHARD_END meanwhile, and once the
+    table answers again the children are created, then SHARD_END is written."""
+    client = MemoryStreamClient()
+    client.create_stream(STREAM, 1)
+    (parent,) = (s.shard_id for s in client.stream(STREAM).shards)
+    table = MemoryLeaseTable()
+    faults = FaultPlan(random.Random(1))
+    seen: list[bytes] = []
+
+    async def handle(records: Sequence[Record]) -> None:
+        seen.extend(r.data for r in records)
+
+    consumer = Consumer(
+        stream_name=STREAM,
+        application_name="app",
+        processor=handle,
+        config=ConsumerConfig(
+            worker_id="w",
+            failover_time=3.0,
+            initial_position="TRIM_HORIZON",
+            idle_time_between_reads=0.05,
+            min_time_between_reads=0.0,
+            parent_shard_poll_interval=0.1,
+            shard_sync_interval=3600.0,
+        ),
+        lease_store=MemoryLeaseStore(table, faults=faults),
+        stream_client=client,
+        registry=CollectorRegistry(),
+        rng=random.Random(0),
+    )
+    before = [b"before-%d" % i for i in range(10)]
+    for i, data in enumerate(before):
+        client.put_record(STREAM, f"k{i}", data)
+    async with consumer:
+        await wait_until(lambda: len(seen) == len(before), 20, "the parent")
+        faults.operations["create_lease"] = OpFaults(transient=1.0)
+        low, high = client.split_shard(STREAM, parent, 2**127)
+        after = [b"after-%d" % i for i in range(10)]
+        for i, data in enumerate(after):
+            client.put_record(STREAM, f"k{i}", data)
+        refused = faults.injected
+        await wait_until(lambda: refused["create_lease:transient_before"] >= 30, 120, "refusals")
+        assert not table.leases[parent].checkpoint.is_shard_end
+        assert low not in table.leases and high not in table.leases
+        faults.operations.clear()
+        await wait_until(lambda: len(seen) == len(before) + len(after), 60, "the children")
+    assert table.leases[parent].checkpoint.is_shard_end
+    assert {low, high} <= set(table.leases)
+    assert sorted(seen) == sorted(before + after)
