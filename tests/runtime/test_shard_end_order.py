@@ -5,6 +5,7 @@ checkpoint leaves no child without a lease, with no shard sync to repair it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Sequence
 
@@ -165,3 +166,73 @@ async def test_shard_end_waits_while_the_child_leases_cannot_be_written() -> Non
     assert table.leases[parent].checkpoint.is_shard_end
     assert {low, high} <= set(table.leases)
     assert sorted(seen) == sorted(before + after)
+
+
+@in_virtual_time
+async def test_a_merge_child_waits_for_its_other_parents_lease() -> None:
+    """0 and 1 are the roots; 1 splits into 2 and 3, then 0 and 2 merge into 4. While 1 is still
+    being processed, 2 has no lease: 0, read to its end, defers 4 and is not checkpointed at
+    SHARD_END. Once 1 ends and creates 2, 0 creates 4 and finishes; 4 is read last."""
+    messages: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    supervisor_log = logging.getLogger("kclasync._consumer")
+    supervisor_log.addHandler(handler)
+    supervisor_log.setLevel(logging.INFO)
+    client = MemoryStreamClient()
+    client.create_stream(STREAM, 2)
+    zero, one = (s.shard_id for s in client.stream(STREAM).shards)
+    seen: list[tuple[str, bytes]] = []
+    one_may_go = asyncio.Event()
+
+    async def handle(records: Sequence[Record]) -> None:
+        if records[0].shard_id == one:
+            await one_may_go.wait()
+        seen.extend((r.shard_id, r.data) for r in records)
+
+    for i in range(40):
+        client.put_record(STREAM, f"k{i}", b"old-%d" % i)
+    half = 2**127
+    two, _ = client.split_shard(STREAM, one, half + 2**125)
+    four = client.merge_shards(STREAM, zero, two)
+    for i in range(40):
+        client.put_record(STREAM, f"k{i}", b"new-%d" % i)
+    table = MemoryLeaseTable()
+    consumer = Consumer(
+        stream_name=STREAM,
+        application_name="app",
+        processor=handle,
+        config=ConsumerConfig(
+            worker_id="w",
+            failover_time=3.0,
+            initial_position="TRIM_HORIZON",
+            idle_time_between_reads=0.05,
+            min_time_between_reads=0.0,
+            parent_shard_poll_interval=0.1,
+            shard_sync_interval=1.0,
+        ),
+        lease_store=MemoryLeaseStore(table),
+        stream_client=client,
+        registry=CollectorRegistry(),
+        rng=random.Random(0),
+    )
+    deferred = f"merge child {four} waits for its other parent's lease"
+    try:
+        async with consumer:
+            await wait_until(lambda: any(deferred in m for m in messages), 20, "a deferral")
+            # Several retries and shard syncs later, nothing has been created early.
+            await asyncio.sleep(5.0)
+            assert not table.leases[zero].checkpoint.is_shard_end
+            assert four not in table.leases and two not in table.leases
+            one_may_go.set()
+            await wait_until(lambda: len(seen) == 80, 60, "every record")
+            await wait_until(lambda: table.leases[zero].checkpoint.is_shard_end, 10, "0 ended")
+    finally:
+        supervisor_log.removeHandler(handler)
+        supervisor_log.setLevel(logging.NOTSET)
+    order = [shard for shard, _ in seen]
+    assert four in order
+    first_four = order.index(four)
+    # Parent gating held: 4 is read after every record of 0, 1 and 2.
+    assert not {zero, one, two} & set(order[first_four:])
+    assert {zero, one} <= set(order[:first_four])
