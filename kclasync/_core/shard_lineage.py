@@ -291,7 +291,9 @@ def child_leases_at_shard_end(
     """The child leases to create for ``parent``, whose shard has been read to its end.
 
     This runs *before* the parent's SHARD_END checkpoint, as the KCL's shutdown task does:
-    children first, then the processor's SHARD_END checkpoint (then ``childShardIds``). So a
+    children first, then the processor's SHARD_END checkpoint. (The KCL writes
+    ``childShardIds`` between the two; kclasync writes them after the checkpoint, which loses
+    nothing: the children exist, and shard sync backfills a missing ``childShardIds``.) So a
     worker that dies right after its SHARD_END checkpoint leaves no child without a lease, which
     matters when nobody else would create it (a Java KCL fleet on an emulator that sends no
     ``ChildShards`` never does). The runtime checkpoints SHARD_END only once the plan is

@@ -309,6 +309,27 @@ def test_merge_child_of_a_trimmed_parent_is_not_deferred() -> None:
     assert child_leases_at_shard_end(six, GRAPH_A, [six], listed=listed).deferred == (sid(8),)
 
 
+def test_merge_child_already_read_is_neither_created_nor_awaited() -> None:
+    """A table that lost its lineage: 0 and 1 merged into 2, 2 split into 3 and 4; 2 was read
+    and deleted, 3 has a lease, and a lease for 0 exists again. Waiting for 1's lease (deleted
+    long ago) would never end; 3's lease shows that 2 was read."""
+    whole = HashRange(0, MAX_HASH_KEY)
+    shards = [
+        Shard(sid(0), hash_range=HashRange(0, 9), ending_sequence="100"),
+        Shard(sid(1), hash_range=HashRange(10, MAX_HASH_KEY), ending_sequence="100"),
+        Shard(sid(2), sid(0), sid(1), hash_range=whole, ending_sequence="200"),
+        Shard(sid(3), sid(2), hash_range=HashRange(0, 99)),
+        Shard(sid(4), sid(2), hash_range=HashRange(100, MAX_HASH_KEY)),
+    ]
+    zero = lease_for(shards[0], Checkpoint("90"))
+    three = lease_for(shards[3], Checkpoint("250"))
+    assert child_leases_at_shard_end(zero, shards, [zero, three]) == ChildLeasePlan(create=())
+    # Without a leased descendant, or with only GetRecords' ChildShards to go by: deferred.
+    assert child_leases_at_shard_end(zero, shards, [zero]).deferred == (sid(2),)
+    reported = [ChildShard(sid(2), (sid(0), sid(1)), whole)]
+    assert child_leases_at_shard_end(zero, reported, [zero, three]).deferred == (sid(2),)
+
+
 def test_merge_child_waits_for_a_parent_lease_not_created_yet() -> None:
     """Found by the lifecycle property: 0 splits into 1 and 2, 2 splits into 3 and 4, then 1 and
     3 merge into 5. When 1 ends, 3 has no lease yet because 2 is still being read. Treating the
