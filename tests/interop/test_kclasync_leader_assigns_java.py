@@ -23,7 +23,7 @@ from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
 from kclasync._adapters.worker_registry import worker_metrics_table_name
 from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws
-from tests.interop.fleet import KCLASYNC_CONFIG, Rid, produce
+from tests.interop.fleet import KCLASYNC_CONFIG, Producer, Rid, produce
 from tests.interop.java_kcl import JavaKcl
 from tests.support import aws_for, wait_until
 
@@ -64,10 +64,15 @@ async def test_kclasync_leader_assigns_leases_to_a_java_worker(
         leader = aws.consumer(handle, worker_id="py-1", **KCLASYNC_CONFIG)
         task = asyncio.create_task(leader.run())
         java = java_kcl(stream=unique_name, application=unique_name, worker_id="java-1")
+        producer, producing = Producer(aws, 400, 50), False
         try:
             await wait_until(lambda: produced <= set(seen), 60, "py-1 to read")
             assert await lock_owner() == "py-1"
             assert len(leader.held_leases) == 4
+            # A KCL 3.x leader balances load (throughput here), not lease counts: with an idle
+            # stream there is nothing to move, so records keep coming while Java joins.
+            producer.start()
+            producing = True
 
             java.start()
             started = time.monotonic()
@@ -88,18 +93,22 @@ async def test_kclasync_leader_assigns_leases_to_a_java_worker(
 
             await wait_until(assigned, 90, "the kclasync leader to assign java-1 a lease")
             timings["until assigned"] = time.monotonic() - started
-            produced |= await produce(aws, 400, 400)
+            await wait_until(lambda: bool(java.processed().keys()), 60, "java-1 to read")
+            timings["until Java read"] = time.monotonic() - started
+            produced |= await producer.stop()
+            producing = False
 
             def all_read() -> bool:
                 assert java.running, "the Java daemon exited:\n" + java.log()[-3000:]
                 return produced <= set(seen) | java.processed().keys()
 
             await wait_until(all_read, 90, "the mixed fleet to read everything")
-            await wait_until(lambda: bool(java.processed().keys()), 30, "java-1 to read")
             timings["until all read"] = time.monotonic() - started
             owned_by_java = await java_owns()
             assert await lock_owner() == "py-1", "the lock left the kclasync leader"
         finally:
+            if producing:
+                await producer.stop()
             java.stop()
             await leader.stop()
             await asyncio.gather(task, return_exceptions=True)
