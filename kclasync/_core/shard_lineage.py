@@ -1,9 +1,10 @@
 """Shard lineage: which leases to create, and when a lease may start.
 
 Owns: the planning half of shard sync, i.e. given the stream's shard graph, the current lease table
-and the initial position, which leases to create and at which checkpoint; the child leases to create
-when a parent reaches SHARD_END; the parent-before-child gate that decides whether a lease may start
-processing; and the hash-key hole finder the lease auditor uses.
+and the initial position, which leases to create and at which checkpoint; the child leases to
+create when a parent's shard has been read to its end (before its SHARD_END checkpoint); the
+parent-before-child gate that decides whether a lease may start processing; and the hash-key
+hole finder the lease auditor uses.
 Must not: do I/O, read clocks, or mutate its inputs. It returns new ``Lease`` values; the runtime
 writes them with ``LeaseStore.create_lease`` (conditional on the key not existing), so running a
 plan twice, or on two workers at once, is harmless.
@@ -16,16 +17,16 @@ Vocabulary used below (the KCL's, from ``HierarchicalShardSyncer``):
 * A shard is *covered* (the KCL says "a descendant") when it has a lease, or when one of its parents
   is covered, or, for initial positions that read history (TRIM_HORIZON, AT_TIMESTAMP), when it has
   any parent at all: that parent will be read from its beginning, so the child waits for it.
-* A covered shard without a lease gets nothing now: its lease is created at its parents' SHARD_END
-  (``child_leases_for_finished_parent``). Walking up from it through covered, unleased shards, the
-  first uncovered shards met are the *frontier*: they get leases, and processing them leads back to
-  the covered child.
+* A covered shard without a lease gets nothing now: its lease is created when a parent has been
+  read to its end (``child_leases_at_shard_end``). Walking up from it through covered, unleased
+  shards, the first uncovered shards met are the *frontier*: they get leases, and processing
+  them leads back to the covered child.
 """
 
 from __future__ import annotations
 
 import graphlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Final, Protocol
 
 import attrs
@@ -42,9 +43,10 @@ from kclasync._core.position import (
 from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
 
 __all__ = [
+    "ChildLeasePlan",
     "ChildShardInfo",
     "LeaseKeyFn",
-    "child_leases_for_finished_parent",
+    "child_leases_at_shard_end",
     "hash_range_holes",
     "parents_finished",
     "plan_new_leases",
@@ -263,55 +265,122 @@ def _parents_of(child: Shard | ChildShardInfo) -> tuple[str, ...]:
     return tuple(child.parent_shard_ids)
 
 
-def child_leases_for_finished_parent(
+@attrs.frozen
+class ChildLeasePlan:
+    """What ``child_leases_at_shard_end`` decided for one parent."""
+
+    #: The child leases to create now (conditionally: an existing key is left alone).
+    create: tuple[Lease, ...]
+    #: Merge children deferred because their other parent has no lease yet, by shard id.
+    deferred: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        """Every child has, or is about to get, a lease: the parent may checkpoint SHARD_END."""
+        return not self.deferred
+
+
+def child_leases_at_shard_end(
     parent: Lease,
     children: Iterable[Shard | ChildShardInfo],
     leases: Iterable[Lease],
     *,
     lease_key: LeaseKeyFn | None = None,
-) -> list[Lease]:
-    """The child leases to create now that ``parent`` is checkpointed at SHARD_END.
+    listed: Collection[str] | None = None,
+) -> ChildLeasePlan:
+    """The child leases to create for ``parent``, whose shard has been read to its end.
+
+    This runs *before* the parent's SHARD_END checkpoint, as the KCL's shutdown task does:
+    children first, then the processor's SHARD_END checkpoint. (The KCL writes
+    ``childShardIds`` between the two; kclasync writes them after the checkpoint, which loses
+    nothing: the children exist, and shard sync backfills a missing ``childShardIds``.) So a
+    worker that dies right after its SHARD_END checkpoint leaves no child without a lease, which
+    matters when nobody else would create it (a Java KCL fleet on an emulator that sends no
+    ``ChildShards`` never does). The runtime checkpoints SHARD_END only once the plan is
+    ``complete`` and its leases are written. Shard sync calls this too, for parents already at
+    SHARD_END, to repair a table whose writer did not (an older kclasync, or a Java worker that
+    got no ``ChildShards`` from GetRecords and so created no children).
 
     ``children`` may be GetRecords' ``ChildShards`` or the whole shard list: shards that do not
     name ``parent`` as a parent are ignored. ``leases`` is the current lease table (the caller's
     ``parent`` wins over any copy of it there). Lease keys default to ``parent``'s stream prefix.
+    ``listed``, when given, holds the stream's current shard ids.
 
     Rules, in order:
 
-    * nothing while ``parent`` is not at SHARD_END;
     * a child that already has a lease is left alone;
-    * a split child (one parent) is created at once;
-    * a merge child needs the other parent's lease at SHARD_END too. If that lease is still
-      processing, the other parent creates the child when it finishes. If it is missing, the child
-      is deferred as well (the KCL blocks the same way): a missing lease here is a hole that shard
-      sync has not filled yet, not a parent that finished, because a finished parent's lease is
-      only deleted after its children started, and this child has no lease. Creating the child
-      would let it start and skip the other parent's records.
+    * a split child (one parent) is created;
+    * a merge child is created as soon as its other parent has a lease, whatever that lease's
+      checkpoint: the other parent may still be processing. That is safe because creating is
+      not reading: ``parents_finished`` keeps the child unread until both parent leases are at
+      SHARD_END or deleted, and an existing lease is exactly what that gate waits on;
+    * a merge child whose other parent has no lease is deferred (``ChildLeasePlan.deferred``),
+      as the KCL defers it. The missing lease is a hole shard sync has not filled yet (the other
+      parent's own parent has not finished, or the table predates it), not a parent that
+      finished: a finished parent's lease is only deleted after its children started, and this
+      child has no lease. Created now, the child would pass the gate, which counts a missing
+      parent lease as finished, and skip the other parent's records. The parent's worker retries
+      until the lease appears. Two exceptions, neither created nor deferred: an other parent
+      that is not in ``listed`` (trimmed from the stream: no records left), and a merge child
+      with a leased descendant in ``children`` (it was read already and its lease deleted once
+      its own children started; only a table that lost its lineage, e.g. a lease of an
+      already-read shard created again, gets here, and waiting would then never end).
 
     New child leases start at TRIM_HORIZON and carry all their parents and their hash range
-    (None when ``ChildShards`` did not report one). Sorted by shard id.
+    (None when ``ChildShards`` did not report one). Both tuples are sorted by shard id.
     """
-    if not parent.is_finished:
-        return []
     key_of = lease_key if lease_key is not None else _keys_like(parent.key)
     by_key = {lease.key: lease for lease in leases}
     by_key[parent.key] = parent
 
+    children_list = list(children)
     created: dict[str, Lease] = {}
-    for child in children:
+    deferred: set[str] = set()
+    for child in children_list:
         parents = _parents_of(child)
         child_key = key_of(child.shard_id)
         if parent.shard_id not in parents or child_key in by_key:
             continue
-        others = [key_of(p) for p in parents if p != parent.shard_id]
-        if all(key in by_key and by_key[key].is_finished for key in others):
-            created[child.shard_id] = Lease(
-                key=child_key,
-                checkpoint=CHILD_START,
-                parent_shard_ids=frozenset(parents),
-                hash_range=child.hash_range,
-            )
-    return [created[shard_id] for shard_id in sorted(created)]
+        missing = [
+            other
+            for other in parents
+            if other != parent.shard_id
+            and key_of(other) not in by_key
+            and (listed is None or other in listed)
+        ]
+        if missing:
+            if not _has_leased_descendant(child.shard_id, children_list, by_key, key_of):
+                deferred.add(child.shard_id)
+            continue
+        created[child.shard_id] = Lease(
+            key=child_key,
+            checkpoint=CHILD_START,
+            parent_shard_ids=frozenset(parents),
+            hash_range=child.hash_range,
+        )
+    return ChildLeasePlan(
+        create=tuple(created[shard_id] for shard_id in sorted(created)),
+        deferred=tuple(sorted(deferred)),
+    )
+
+
+def _has_leased_descendant(
+    shard_id: str,
+    shards: Sequence[Shard | ChildShardInfo],
+    by_key: Mapping[str, Lease],
+    key_of: LeaseKeyFn,
+) -> bool:
+    found = {shard_id}
+    grew = True
+    while grew:
+        grew = False
+        for shard in shards:
+            if shard.shard_id not in found and any(p in found for p in _parents_of(shard)):
+                if key_of(shard.shard_id) in by_key:
+                    return True
+                found.add(shard.shard_id)
+                grew = True
+    return False
 
 
 def parents_finished(
@@ -322,7 +391,8 @@ def parents_finished(
     A parent's lease is looked up by ``lease_key(parent_id)``, by default the child's stream prefix
     plus the parent's shard id. A missing parent lease counts as finished: it was deleted after
     SHARD_END, or its shard was skipped or trimmed. (Child creation is what keeps a missing lease
-    from meaning "not created yet"; see ``child_leases_for_finished_parent``.)
+    from meaning "not created yet": a child lease is only created once each of its parents has
+    a lease, or was skipped or trimmed; see ``child_leases_at_shard_end``.)
     """
     key_of = lease_key if lease_key is not None else _keys_like(lease.key)
     for parent_id in lease.parent_shard_ids:

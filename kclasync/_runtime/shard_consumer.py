@@ -26,6 +26,7 @@ from kclasync._adapters.protocols import (
 )
 from kclasync._config import ConsumerConfig
 from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
+from kclasync._core.lease import CorruptLeaseError
 from kclasync._core.position import Checkpoint, InitialPositionKind, Sentinel
 from kclasync._core.read_pacing import ReadPause, next_read_pause
 from kclasync._processor import RecordProcessor, ShardInfo
@@ -36,6 +37,7 @@ from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.shard_cursor import ShardCursor
 from kclasync.errors import (
+    AdapterError,
     ConfigError,
     LeaseLostError,
     ProcessorFailedError,
@@ -94,7 +96,10 @@ class ShardConsumer:
         config: ConsumerConfig,
         metrics: ConsumerMetrics,
         labels: tuple[str, str],
-        on_shard_end: Callable[[HeldLease, tuple[ChildShard, ...]], Awaitable[None]],
+        create_children: Callable[
+            [HeldLease, tuple[ChildShard, ...]], Awaitable[frozenset[str] | None]
+        ],
+        on_shard_end: Callable[[HeldLease, frozenset[str]], Awaitable[None]],
         wait_for_parents: Callable[[HeldLease], Awaitable[None]],
         fanout: FanOutConsumers | None = None,
     ) -> None:
@@ -109,6 +114,8 @@ class ShardConsumer:
         labels4 = (*labels, stream, self.shard_id)
         self._labels = labels4
         self._labels2 = labels
+        #: One attempt at the child leases: their shard ids once all exist, None if deferred.
+        self._create_children = create_children
         self._on_shard_end = on_shard_end
         self._wait_for_parents = wait_for_parents
         #: Set: the shard is read with enhanced fan-out instead of GetRecords.
@@ -162,10 +169,7 @@ class ShardConsumer:
             fetcher.cancel()
             flusher.cancel()
             await asyncio.gather(fetcher, flusher, return_exceptions=True)
-        await self.processor.shutdown_requested(self.checkpointer)
-        # Before a handoff, a release or a stop: the newest buffered checkpoint is written.
-        await self.checkpointer.flush()
-        return ShardOutcome.SHUTDOWN
+        return await self._shut_down()
 
     async def _next(self, fetcher: asyncio.Task[None]) -> _Batch | _End | None:
         if self._shutdown.is_set():
@@ -229,6 +233,12 @@ class ShardConsumer:
         self.metrics.bytes.labels(*self._labels).inc(delivered)
 
     async def _end_of_shard(self, end: _End) -> ShardOutcome:
+        """The KCL's order: child leases first, then the processor's SHARD_END checkpoint, then
+        ``childShardIds``. SHARD_END cannot be checkpointed (``shard_end_reached``) before the
+        children have leases, so a worker dying after that checkpoint leaves none without."""
+        children = await self._create_children_until_done(end.child_shards)
+        if children is None:
+            return await self._shut_down()
         self.checkpointer.shard_end_reached = True
         if not self.checkpointer.last_checkpoint.is_shard_end:
             await self.checkpointer.flush()
@@ -239,8 +249,44 @@ class ShardConsumer:
                     "calling checkpointer.checkpoint_shard_end(); the shard stays open and "
                     "its children wait"
                 )
-        await self._on_shard_end(self.held, end.child_shards)
+        await self._on_shard_end(self.held, children)
         return ShardOutcome.ENDED
+
+    async def _create_children_until_done(
+        self, reported: tuple[ChildShard, ...]
+    ) -> frozenset[str] | None:
+        """Create the child leases, retrying with backoff (as the KCL retries its shutdown
+        task) while the lease is held: after an I/O failure, and while a merge child waits for
+        its other parent's lease. Returns the child shard ids, or None when a shutdown was
+        requested first (the lease is then released unfinished and its next owner, reading
+        to the end again, retries). Raises ``LeaseLostError`` once the lease is lost."""
+        delay = self.config.throttle_backoff
+        while True:
+            self.coordinator.ensure_held(self.held)
+            try:
+                children = await self._create_children(self.held, reported)
+            except (AdapterError, CorruptLeaseError) as exc:
+                log.warning(
+                    "could not create the child leases of shard %s: %s; retrying in %.1fs "
+                    "before its SHARD_END checkpoint",
+                    self.shard_id,
+                    exc,
+                    delay,
+                )
+                children = None
+            if children is not None:
+                return children
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._shutdown.wait(), delay)
+            if self._shutdown.is_set():
+                return None
+            delay = min(delay * 2, self.config.max_backoff)
+
+    async def _shut_down(self) -> ShardOutcome:
+        await self.processor.shutdown_requested(self.checkpointer)
+        # Before a handoff, a release or a stop: the newest buffered checkpoint is written.
+        await self.checkpointer.flush()
+        return ShardOutcome.SHUTDOWN
 
     # -- fetching --------------------------------------------------------------------------
 

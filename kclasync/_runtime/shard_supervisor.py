@@ -1,9 +1,10 @@
 """The shard supervisor: one pipeline per held lease, and what happens when one ends.
 
 Owns: starting a ``ShardConsumer`` when the coordinator says a lease is ours (in the consumer's
-pipeline task group), the wait for parent shards, the SHARD_END hand-over to child leases, the
-one route by which a lost lease stops its pipeline and reaches ``processor.lease_lost()``, the
-processor-failure policy, and draining every pipeline at shutdown.
+pipeline task group), the wait for parent shards, the child leases created before a SHARD_END
+checkpoint and the ``childShardIds`` written after it, the one route by which a lost lease stops
+its pipeline and reaches ``processor.lease_lost()``, the processor-failure policy, and draining
+every pipeline at shutdown.
 Must not: decide lease ownership or what a refused write means (``lease_coordinator`` applies
 ``kclasync._core.held_lease``), or which child leases to create (``kclasync._core.shard_lineage``).
 """
@@ -19,7 +20,11 @@ import attrs
 from kclasync._adapters.protocols import ChildShard, LeaseStore, StreamClient
 from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
 from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.shard_lineage import child_leases_for_finished_parent, parents_finished
+from kclasync._core.shard_lineage import (
+    ChildLeasePlan,
+    child_leases_at_shard_end,
+    parents_finished,
+)
 from kclasync._processor import ProcessorFactory, RecordProcessor
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
@@ -121,6 +126,7 @@ class ShardSupervisor:
             config=self.config,
             metrics=self._metrics,
             labels=self._labels,
+            create_children=self._create_children,
             on_shard_end=self._shard_ended,
             wait_for_parents=self._wait_for_parents,
             fanout=self._fanout,
@@ -240,47 +246,78 @@ class ShardSupervisor:
                     return
             await asyncio.sleep(self.config.parent_shard_poll_interval)
 
-    async def _shard_ended(self, held: HeldLease, children: tuple[ChildShard, ...]) -> None:
-        """After the SHARD_END checkpoint: create the child leases that are missing (a merge
-        child needs both parents finished), then write ``childShardIds``. The lease is
-        released by ``_run_shard`` afterwards. If this fails the leader's shard sync creates
-        the children from the shard list."""
-        try:
-            await self._hand_over_to_children(held, children)
-        except (AdapterError, CorruptLeaseError) as exc:
-            log.warning("could not create the child leases of %s yet: %s", held.key, exc)
-
-    async def _hand_over_to_children(
-        self, held: HeldLease, children: tuple[ChildShard, ...]
-    ) -> None:
+    async def _create_children(
+        self, held: HeldLease, reported: tuple[ChildShard, ...]
+    ) -> frozenset[str] | None:
+        """One attempt, before the SHARD_END checkpoint, at the missing child leases
+        (``child_leases_at_shard_end``). Returns the child shard ids once every child has a
+        lease; None while a merge child waits for its other parent's lease (the shard consumer
+        retries). Raises ``AdapterError`` / ``CorruptLeaseError`` for a failed read or write."""
         parent = held.lease
-        prefix = _key_prefix(parent)
-        kids = [c for c in children if parent.shard_id in c.parent_shard_ids]
+        kids = [c for c in reported if parent.shard_id in c.parent_shard_ids]
         if not kids:
             # No ChildShards in the response (a lease taken at SHARD_END, a trimmed shard, or
             # an emulator that omits them): ask the shard list.
-            stream = self._stream_of(parent.key)
-            assert stream is not None
-            kids = [
-                ChildShard(s.shard_id, s.parent_ids, s.hash_range)
-                for s in await self.client.list_shards(stream)
-                if parent.shard_id in s.parent_ids
-            ]
+            kids = await self._children_from_shard_list(parent)
         if not kids:
             log.info("shard %s ended without child shards", parent.key)
-            return
-        related = {prefix + c.shard_id for c in kids}
-        related |= {prefix + p for c in kids for p in c.parent_shard_ids}
-        related.discard(parent.key)
-        found = await asyncio.gather(*(self.store.get_lease(k) for k in sorted(related)))
-        known = [lease for lease in found if lease is not None]
+            return frozenset()
+        plan = await self._plan_children(parent, kids)
+        if plan.deferred:
+            # Rare, so worth a full look: the shard list says whether the missing parent was
+            # trimmed, and the whole table whether the merge child was read long ago.
+            stream = self._stream_of(parent.key)
+            assert stream is not None
+            shards = await self.client.list_shards(stream)
+            scan = await self.store.list_leases()
+            plan = child_leases_at_shard_end(
+                parent,
+                shards,
+                [lease for lease in scan.leases if lease.key.startswith(_key_prefix(parent))],
+                listed={s.shard_id for s in shards},
+            )
         created = 0
-        for lease in child_leases_for_finished_parent(parent, kids, known):
+        for lease in plan.create:
             if await self.store.create_lease(lease):
                 created += 1
         if created:
             log.info("shard %s ended; created %d child leases", parent.key, created)
             self._on_children_created()
-        child_ids = frozenset(c.shard_id for c in kids)
-        if parent.child_shard_ids != child_ids:
-            await self.coordinator.write_child_shard_ids(held.key, child_ids)
+        if plan.deferred:
+            log.info(
+                "shard %s ended; merge child %s waits for its other parent's lease before "
+                "the SHARD_END checkpoint",
+                parent.key,
+                ", ".join(plan.deferred),
+            )
+            return None
+        return frozenset(c.shard_id for c in kids)
+
+    async def _children_from_shard_list(self, parent: Lease) -> list[ChildShard]:
+        stream = self._stream_of(parent.key)
+        assert stream is not None
+        return [
+            ChildShard(s.shard_id, s.parent_ids, s.hash_range)
+            for s in await self.client.list_shards(stream)
+            if parent.shard_id in s.parent_ids
+        ]
+
+    async def _plan_children(self, parent: Lease, kids: list[ChildShard]) -> ChildLeasePlan:
+        prefix = _key_prefix(parent)
+        related = {prefix + c.shard_id for c in kids}
+        related |= {prefix + p for c in kids for p in c.parent_shard_ids}
+        related.discard(parent.key)
+        found = await asyncio.gather(*(self.store.get_lease(k) for k in sorted(related)))
+        known = [lease for lease in found if lease is not None]
+        return child_leases_at_shard_end(parent, kids, known)
+
+    async def _shard_ended(self, held: HeldLease, children: frozenset[str]) -> None:
+        """After the SHARD_END checkpoint: write ``childShardIds``. The lease is released by
+        ``_run_shard`` afterwards. A failure here loses nothing (the children exist); the
+        leader's shard sync writes them later."""
+        if not children or held.lease.child_shard_ids == children:
+            return
+        try:
+            await self.coordinator.write_child_shard_ids(held.key, children)
+        except (AdapterError, CorruptLeaseError) as exc:
+            log.warning("could not write the childShardIds of %s: %s", held.key, exc)

@@ -27,7 +27,7 @@ from kclasync._core.position import InitialPositionKind
 from kclasync._core.shard import Shard
 from kclasync._core.shard_lineage import (
     LeaseKeyFn,
-    child_leases_for_finished_parent,
+    child_leases_at_shard_end,
     plan_new_leases,
 )
 from kclasync._core.streams import StreamIdentity, parse_multi_stream_key
@@ -174,14 +174,15 @@ class ShardSync:
             if only_if_empty:
                 return 0
             new = plan_new_leases(shards, mine, self.config.initial_position, lease_key=key_fn)
-            # Children of finished parents (normally created at SHARD_END by the parent's
-            # worker; this catches a worker that died between its SHARD_END checkpoint and
-            # that step).
+            # Children of finished parents. A kclasync worker creates them before its SHARD_END
+            # checkpoint; this repairs a table whose writer did not (an older version, or a
+            # Java worker that got no ChildShards from GetRecords).
+            listed = {shard.shard_id for shard in shards}
             for parent in mine:
                 if parent.is_finished:
-                    new += child_leases_for_finished_parent(
-                        parent, shards, [*mine, *new], lease_key=key_fn
-                    )
+                    new += child_leases_at_shard_end(
+                        parent, shards, [*mine, *new], lease_key=key_fn, listed=listed
+                    ).create
         created = 0
         for lease in new:
             if await self.store.create_lease(lease):

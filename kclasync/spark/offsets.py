@@ -27,7 +27,7 @@ from kclasync._core.lease import Lease
 from kclasync._core.position import Checkpoint, InitialPosition, Sentinel
 from kclasync._core.shard import Shard
 from kclasync._core.shard_lineage import (
-    child_leases_for_finished_parent,
+    child_leases_at_shard_end,
     parents_finished,
     plan_new_leases,
 )
@@ -256,7 +256,8 @@ def add_new_shards(
 
     From a fresh shard listing, the lease planner's new leases (an open shard whose ancestors
     are not being read); for every shard at SHARD_END, its children (from the listing or from
-    GetRecords' ChildShards), a merge child only once both parents ended. Children start at
+    GetRecords' ChildShards), a merge child once its other parent is in the state too
+    (``readable_shards`` keeps it unread until both parents ended). Children start at
     TRIM_HORIZON.
     """
     out = dict(state)
@@ -267,9 +268,13 @@ def add_new_shards(
     children: list[Shard | ChildShard] = [*reported_children]
     if listed is not None:
         children.extend(listed)
+    listed_ids = None if listed is None else {shard.shard_id for shard in listed}
     for lease in leases:
         if lease.is_finished and children:
-            created.extend(child_leases_for_finished_parent(lease, children, [*leases, *created]))
+            plan = child_leases_at_shard_end(
+                lease, children, [*leases, *created], listed=listed_ids
+            )
+            created.extend(plan.create)
     for lease in created:
         out.setdefault(
             lease.shard_id,

@@ -28,7 +28,8 @@ from kclasync._core.position import (
 )
 from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
 from kclasync._core.shard_lineage import (
-    child_leases_for_finished_parent,
+    ChildLeasePlan,
+    child_leases_at_shard_end,
     hash_range_holes,
     parents_finished,
     plan_new_leases,
@@ -208,25 +209,30 @@ def test_multi_stream_lease_keys() -> None:
 
 
 def test_graph_a_lifecycle_from_leases_4_5_7() -> None:
-    """The seed's story: LATEST with leases 4,5,7 creates 6; when 6 and 7 end, 8 follows."""
+    """The seed's story: LATEST with leases 4,5,7 creates 6; when 6 ends, 8 follows (7 has a
+    lease), but 8 is not read before 7 ends too."""
     table = {lease.key: lease for lease in existing_leases((4, 5, 7), "processing")}
     (six,) = plan_new_leases(GRAPH_A, list(table.values()), InitialPosition.latest())
     table[six.key] = six
     assert parents_finished(six, table)  # 0 and 1 never had leases
 
-    six_done = attrs.evolve(six, checkpoint=SHARD_END)
-    table[six.key] = six_done
-    # 8 is a merge child: 7 is still processing, so 7 will create it.
-    assert child_leases_for_finished_parent(six_done, GRAPH_A, table.values()) == []
-
-    seven_done = attrs.evolve(table[sid(7)], checkpoint=SHARD_END)
-    table[seven_done.key] = seven_done
-    (eight,) = child_leases_for_finished_parent(seven_done, GRAPH_A, table.values())
+    # 6 has been read to its end; its worker creates 8 before 6's SHARD_END checkpoint, while 7
+    # is still processing: 7 has a lease, which is what the gate waits on.
+    plan = child_leases_at_shard_end(six, GRAPH_A, table.values())
+    assert plan.complete
+    (eight,) = plan.create
     assert eight.key == sid(8)
     assert eight.checkpoint == TRIM_HORIZON
     assert eight.parent_shard_ids == {sid(6), sid(7)}
     assert eight.hash_range == HashRange(0, 399)
     table[eight.key] = eight
+    table[six.key] = attrs.evolve(six, checkpoint=SHARD_END)
+    assert not parents_finished(eight, table)  # 7 is still processing
+
+    # 7 ends: nothing left to create, and now 8 may start.
+    seven = table[sid(7)]
+    assert child_leases_at_shard_end(seven, GRAPH_A, table.values()) == ChildLeasePlan(create=())
+    table[seven.key] = attrs.evolve(seven, checkpoint=SHARD_END)
     assert parents_finished(eight, table)
     assert plan_new_leases(GRAPH_A, list(table.values()), InitialPosition.latest()) == []
 
@@ -237,7 +243,9 @@ def test_graph_a_lifecycle_from_leases_4_5_7() -> None:
 
 def test_split_children_are_created_at_once() -> None:
     five = lease_for(GRAPH_A_BY_ID[sid(5)], SHARD_END)
-    children = child_leases_for_finished_parent(five, GRAPH_A, [five])
+    plan = child_leases_at_shard_end(five, GRAPH_A, [five])
+    children = plan.create
+    assert plan.complete
     assert [child.key for child in children] == [sid(9), sid(10)]
     assert all(child.checkpoint == TRIM_HORIZON for child in children)
     assert [child.hash_range for child in children] == [
@@ -247,34 +255,79 @@ def test_split_children_are_created_at_once() -> None:
     assert all(child.parent_shard_ids == {sid(5)} for child in children)
 
 
-def test_no_children_before_shard_end() -> None:
+def test_children_are_planned_before_the_shard_end_checkpoint() -> None:
+    """The runtime asks before writing SHARD_END: the parent's own checkpoint does not matter,
+    so a worker that dies right after its SHARD_END checkpoint leaves the children behind."""
     five = lease_for(GRAPH_A_BY_ID[sid(5)], Checkpoint("204"))
-    assert child_leases_for_finished_parent(five, GRAPH_A, [five]) == []
+    plan = child_leases_at_shard_end(five, GRAPH_A, [five])
+    assert [child.key for child in plan.create] == [sid(9), sid(10)]
 
 
 def test_existing_children_are_left_alone() -> None:
     five = lease_for(GRAPH_A_BY_ID[sid(5)], SHARD_END)
     nine = lease_for(GRAPH_A_BY_ID[sid(9)], Checkpoint("300"))
-    children = child_leases_for_finished_parent(five, GRAPH_A, [five, nine])
-    assert [child.key for child in children] == [sid(10)]
+    plan = child_leases_at_shard_end(five, GRAPH_A, [five, nine])
+    assert [child.key for child in plan.create] == [sid(10)]
+    assert plan.complete
 
 
 @pytest.mark.parametrize(
     ("other", "created"),
     [
-        pytest.param(Checkpoint("150"), False, id="other-parent-processing"),
-        pytest.param(TRIM_HORIZON, False, id="other-parent-not-started"),
+        pytest.param(Checkpoint("150"), True, id="other-parent-processing"),
+        pytest.param(TRIM_HORIZON, True, id="other-parent-not-started"),
         pytest.param(SHARD_END, True, id="other-parent-finished"),
         pytest.param(None, False, id="other-parent-has-no-lease"),
     ],
 )
-def test_merge_child_waits_for_both_parents(other: Checkpoint | None, created: bool) -> None:
-    six = lease_for(GRAPH_A_BY_ID[sid(6)], SHARD_END)
+def test_merge_child_needs_the_other_parents_lease(other: Checkpoint | None, created: bool) -> None:
+    """Created once both parent leases exist, whatever the other's checkpoint (the gate keeps
+    it unread); deferred while the other parent has no lease."""
+    six = lease_for(GRAPH_A_BY_ID[sid(6)], Checkpoint("170"))
     table = [six]
     if other is not None:
         table.append(lease_for(GRAPH_A_BY_ID[sid(7)], other))
-    children = child_leases_for_finished_parent(six, GRAPH_A, table)
-    assert [child.key for child in children] == ([sid(8)] if created else [])
+    plan = child_leases_at_shard_end(six, GRAPH_A, table)
+    assert [child.key for child in plan.create] == ([sid(8)] if created else [])
+    assert plan.deferred == (() if created else (sid(8),))
+    assert plan.complete is created
+    if created:
+        (eight,) = plan.create
+        table_by_key = {lease.key: lease for lease in [*table, eight]}
+        table_by_key[six.key] = attrs.evolve(six, checkpoint=SHARD_END)
+        assert parents_finished(eight, table_by_key) is (other == SHARD_END)
+
+
+def test_merge_child_of_a_trimmed_parent_is_not_deferred() -> None:
+    """A missing other parent that the shard list no longer has was trimmed: no records left."""
+    six = lease_for(GRAPH_A_BY_ID[sid(6)], SHARD_END)
+    listed = {s.shard_id for s in GRAPH_A if s.shard_id != sid(7)}
+    (eight,) = child_leases_at_shard_end(six, GRAPH_A, [six], listed=listed).create
+    assert eight.parent_shard_ids == {sid(6), sid(7)}
+    # Still listed: deferred.
+    listed.add(sid(7))
+    assert child_leases_at_shard_end(six, GRAPH_A, [six], listed=listed).deferred == (sid(8),)
+
+
+def test_merge_child_already_read_is_neither_created_nor_awaited() -> None:
+    """A table that lost its lineage: 0 and 1 merged into 2, 2 split into 3 and 4; 2 was read
+    and deleted, 3 has a lease, and a lease for 0 exists again. Waiting for 1's lease (deleted
+    long ago) would never end; 3's lease shows that 2 was read."""
+    whole = HashRange(0, MAX_HASH_KEY)
+    shards = [
+        Shard(sid(0), hash_range=HashRange(0, 9), ending_sequence="100"),
+        Shard(sid(1), hash_range=HashRange(10, MAX_HASH_KEY), ending_sequence="100"),
+        Shard(sid(2), sid(0), sid(1), hash_range=whole, ending_sequence="200"),
+        Shard(sid(3), sid(2), hash_range=HashRange(0, 99)),
+        Shard(sid(4), sid(2), hash_range=HashRange(100, MAX_HASH_KEY)),
+    ]
+    zero = lease_for(shards[0], Checkpoint("90"))
+    three = lease_for(shards[3], Checkpoint("250"))
+    assert child_leases_at_shard_end(zero, shards, [zero, three]) == ChildLeasePlan(create=())
+    # Without a leased descendant, or with only GetRecords' ChildShards to go by: deferred.
+    assert child_leases_at_shard_end(zero, shards, [zero]).deferred == (sid(2),)
+    reported = [ChildShard(sid(2), (sid(0), sid(1)), whole)]
+    assert child_leases_at_shard_end(zero, reported, [zero, three]).deferred == (sid(2),)
 
 
 def test_merge_child_waits_for_a_parent_lease_not_created_yet() -> None:
@@ -290,20 +343,26 @@ def test_merge_child_waits_for_a_parent_lease_not_created_yet() -> None:
         Shard(sid(4), sid(2), hash_range=HashRange(20, MAX_HASH_KEY)),
         Shard(sid(5), sid(1), sid(3), hash_range=HashRange(0, 19)),
     ]
-    one = lease_for(shards[1], SHARD_END)
+    one = lease_for(shards[1], Checkpoint("290"))
     two = lease_for(shards[2], Checkpoint("150"))
-    assert child_leases_for_finished_parent(one, shards, [one, two]) == []
+    # 1 is read to its end: 5 is deferred, so 1 is not checkpointed at SHARD_END yet.
+    assert child_leases_at_shard_end(one, shards, [one, two]) == ChildLeasePlan(
+        create=(), deferred=(sid(5),)
+    )
     # Shard sync leaves 5 alone too: it is covered through 1 (and 3 will come from 2).
     assert plan_new_leases(shards, [one, two], InitialPosition.latest()) == []
 
-    # Once 2 ends and creates 3, and 3 ends, 3 creates 5.
-    two = attrs.evolve(two, checkpoint=SHARD_END)
-    three, four = child_leases_for_finished_parent(two, shards, [one, two])
+    # 2 ends and creates 3 and 4 first; now 1 can create 5 (3 still processing) and finish.
+    three, four = child_leases_at_shard_end(two, shards, [one, two]).create
     assert (three.key, four.key) == (sid(3), sid(4))
-    three = attrs.evolve(three, checkpoint=SHARD_END)
-    (five,) = child_leases_for_finished_parent(three, shards, [one, two, three, four])
+    two = attrs.evolve(two, checkpoint=SHARD_END)
+    (five,) = child_leases_at_shard_end(one, shards, [one, two, three, four]).create
     assert five.key == sid(5)
     assert five.parent_shard_ids == {sid(1), sid(3)}
+    one = attrs.evolve(one, checkpoint=SHARD_END)
+    table = {lease.key: lease for lease in (one, two, three, four, five)}
+    assert not parents_finished(five, table)  # 3 is still processing
+    assert child_leases_at_shard_end(three, shards, table.values()).create == ()
 
 
 def test_child_shards_from_get_records() -> None:
@@ -314,16 +373,19 @@ def test_child_shards_from_get_records() -> None:
         ChildShard(sid(9), (sid(5),), HashRange(500, 799)),
         ChildShard(sid(10), (sid(5),), None),
     ]
-    children = child_leases_for_finished_parent(five, child_shards, [five])
+    children = child_leases_at_shard_end(five, child_shards, [five]).create
     assert [child.key for child in children] == [prefix + sid(9), prefix + sid(10)]
     assert [child.hash_range for child in children] == [HashRange(500, 799), None]
 
     seven = lease_for(GRAPH_A_BY_ID[sid(7)], SHARD_END, key=prefix + sid(7))
-    six = lease_for(GRAPH_A_BY_ID[sid(6)], SHARD_END, key=prefix + sid(6))
+    six = lease_for(GRAPH_A_BY_ID[sid(6)], Checkpoint("170"), key=prefix + sid(6))
     merged = [ChildShard(sid(8), (sid(6), sid(7)), HashRange(0, 399))]
-    (eight,) = child_leases_for_finished_parent(seven, merged, [six, seven])
+    (eight,) = child_leases_at_shard_end(seven, merged, [six, seven]).create
     assert eight.key == prefix + sid(8)
     assert eight.parent_shard_ids == {sid(6), sid(7)}
+    # Another stream's lease for shard 6 is not this stream's parent.
+    other_six = attrs.evolve(six, key="x:y:1:" + sid(6))
+    assert child_leases_at_shard_end(seven, merged, [other_six, seven]).deferred == (sid(8),)
 
 
 @pytest.mark.parametrize(
@@ -502,7 +564,8 @@ class Consumer:
 
     def process(self, stream: Stream) -> bool:
         changed = False
-        # Every lease whose shard is closed and whose parents are done reads to SHARD_END.
+        shards = list(stream.shards.values())
+        # Every lease whose shard is closed and whose parents are done reads to its end.
         # Newest first, so a child is always looked at before its parents in the same pass.
         for key in sorted(self.table, reverse=True):
             lease = self.table[key]
@@ -513,22 +576,22 @@ class Consumer:
                 for parent in stream.shards[lease.shard_id].parent_ids:
                     assert parent not in self.table or self.table[parent].is_finished
                 self._assert_settled_ancestors(stream, lease.shard_id, "processed")
-                self.table[key] = attrs.evolve(lease, checkpoint=SHARD_END)
-                changed = True
-        # Children of finished leases (the SHARD_END task, retried until it succeeds).
+                # The SHARD_END task: children first, the checkpoint only once none waits.
+                plan = child_leases_at_shard_end(lease, shards, list(self.table.values()))
+                changed |= self._create_children(stream, plan.create)
+                if plan.complete:
+                    self.table[key] = attrs.evolve(lease, checkpoint=SHARD_END)
+                    changed = True
+        # Shard sync's repair: children of finished leases. From an empty table there is never
+        # anything to repair, because every SHARD_END checkpoint came after its children.
         for key in sorted(self.table):
             lease = self.table[key]
             if not lease.is_finished:
                 continue
-            children = child_leases_for_finished_parent(
-                lease, list(stream.shards.values()), list(self.table.values())
-            )
-            for child in children:
-                assert child.key not in self.table
-                assert child.checkpoint == TRIM_HORIZON
-                self._assert_settled_ancestors(stream, child.shard_id, "created")
-                self.table[child.key] = child
-                changed = True
+            plan = child_leases_at_shard_end(lease, shards, list(self.table.values()))
+            if self.check_lineage:
+                assert plan == ChildLeasePlan(create=()), f"{key} finished without children"
+            changed |= self._create_children(stream, plan.create)
         # Cleanup: a finished lease goes once all its children have leases that may start.
         doomed = []
         for key, lease in self.table.items():
@@ -546,6 +609,22 @@ class Consumer:
             del self.table[key]
             self.deleted.add(key)
         return changed or bool(doomed)
+
+    def _create_children(self, stream: Stream, children: Iterable[Lease]) -> bool:
+        created = False
+        for child in children:
+            assert child.key not in self.table
+            assert child.checkpoint == TRIM_HORIZON
+            # A child lease may exist before its parents finished (the gate keeps it unread),
+            # but never before a parent's lease: the gate counts a missing lease as finished.
+            if self.check_lineage:
+                for parent in stream.shards[child.shard_id].parent_ids:
+                    assert parent in self.table or self.settled(parent), (
+                        f"created {child.shard_id} before a lease of its parent {parent}"
+                    )
+            self.table[child.key] = child
+            created = True
+        return created
 
     def round(self, stream: Stream) -> bool:
         created = self.sync(stream)
