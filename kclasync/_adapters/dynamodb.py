@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from kclasync._adapters import direct_requests
 from kclasync._adapters import lease_codec as c
 from kclasync._adapters.dynamo_conditions import conditional
 from kclasync._adapters.protocols import LeaseScan
@@ -180,11 +181,15 @@ class DynamoLeaseStore:
         try:
             async with _mapped_errors(op):
                 self._count(op)
-                resp = await self._client.update_item(
-                    TableName=self.table_name,
-                    Key={c.LEASE_KEY: {"S": key}},
-                    ReturnValues="ALL_NEW",
-                    **kwargs,
+                resp = await direct_requests.call(
+                    self._client,
+                    "UpdateItem",
+                    {
+                        "TableName": self.table_name,
+                        "Key": {c.LEASE_KEY: {"S": key}},
+                        "ReturnValues": "ALL_NEW",
+                        **kwargs,
+                    },
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

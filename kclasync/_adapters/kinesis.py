@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from kclasync._adapters import direct_requests
 from kclasync._adapters.protocols import (
     ChildShard,
     ExpiredIteratorError,
@@ -225,7 +226,9 @@ class KinesisStreamClient:
     ) -> GetRecordsResult:
         async with _mapped_errors("GetRecords", stream, shard_id):
             self._count("get_records")
-            resp = await self._client.get_records(ShardIterator=iterator, Limit=limit)
+            resp = await direct_requests.call(
+                self._client, "GetRecords", {"ShardIterator": iterator, "Limit": limit}
+            )
         return records_result(resp, stream, shard_id)
 
     # -- producing (demo, tests and tools; not part of StreamClient) -------------------------
