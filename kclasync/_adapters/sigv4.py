@@ -20,11 +20,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import MutableMapping
+from typing import Any
 from urllib.parse import urlsplit
 
-from botocore.auth import SIGNED_HEADERS_BLACKLIST, SigV4Auth, _host_from_url
+from botocore import auth as botocore_auth
 
-_SKIPPED = frozenset(SIGNED_HEADERS_BLACKLIST)
+# botocore's helpers for the host and the canonical path (untyped, private, stable for years).
+_auth: Any = botocore_auth
+_SKIPPED = frozenset(_auth.SIGNED_HEADERS_BLACKLIST)
 
 
 def _hmac(key: bytes, msg: str) -> bytes:
@@ -37,12 +40,12 @@ class Scope:
     def __init__(self, url: str, region: str, service: str) -> None:
         self.region = region
         self.service = service
-        self.host = _host_from_url(url)
+        self.host: str = _auth._host_from_url(url)
         parts = urlsplit(url)
         if parts.query:
             raise ValueError("an endpoint URL with a query string is signed by botocore")
-        helper = SigV4Auth.__new__(SigV4Auth)  # only its path normaliser, no credentials
-        self._path = helper._normalize_url_path(parts.path)
+        helper = _auth.SigV4Auth.__new__(_auth.SigV4Auth)  # its path normaliser only
+        self._path: str = helper._normalize_url_path(parts.path)
         self._keys: dict[tuple[str, str], bytes] = {}
 
     def _key(self, secret: str, day: str) -> bytes:
