@@ -38,6 +38,8 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
+from aiobotocore.context import start_as_current_context
+from botocore.configprovider import NEW_RETRIES_ENABLED
 
 from kclasync._adapters import direct_outcomes
 from kclasync._adapters.sigv4 import Scope
@@ -97,6 +99,7 @@ class _Target:
 
     def __init__(self, url: str, headers: dict[str, str], scope: Scope) -> None:
         self.url = url
+        #: The ruleset's headers, and the User-Agent botocore sends for this operation.
         self.headers = headers
         self.scope = scope
 
@@ -115,8 +118,12 @@ class DirectCaller:
         self._service_id = model.service_id.hyphenize()
         self._content_type = f"application/x-amz-json-{model.metadata['jsonVersion']}"
         self._target_prefix = model.metadata["targetPrefix"]
-        self._max_attempts = client.meta.config.retries.get("max_attempts") or 3
-        self._user_agent: str = client._user_agent_creator.to_string()
+        # botocore's first-attempt ``amz-sdk-request`` header: the maximum is seeded only
+        # with its new retries enabled, in the standard and adaptive modes.
+        retries = client.meta.config.retries or {}
+        total = retries.get("total_max_attempts")
+        seeded = NEW_RETRIES_ENABLED and retries.get("mode") in ("standard", "adaptive")
+        self._attempt = f"attempt=1; max={total}" if seeded and total else "attempt=1"
         self._operations = {
             name: model.operation_model(name)
             for name in OPERATIONS
@@ -139,14 +146,19 @@ class DirectCaller:
             "unsigned_payload": op.unsigned_payload,
             "auth_options": self._client.meta.service_model.metadata.get("auth"),
         }
-        url, headers, _ = await self._client._resolve_endpoint_ruleset(op, params, context)
+        async with start_as_current_context():
+            # The features the resolution registers (an account id mode) go in the User-Agent
+            # header, as in botocore's call.
+            url, headers, _ = await self._client._resolve_endpoint_ruleset(op, params, context)
+            user_agent: str = self._client._user_agent_creator.to_string()
         signing = context.get("signing", {})
         auth = context.get("auth_type") or "v4"
         target = None
         if auth == "v4" and url and "?" not in url:
             region = signing.get("region") or self._client.meta.region_name
             name = signing.get("signing_name") or self._client.meta.service_model.signing_name
-            target = _Target(url, dict(headers or {}), Scope(url, region, name))
+            fixed = {**(headers or {}), "User-Agent": user_agent}
+            target = _Target(url, fixed, Scope(url, region, name))
         self._targets[key] = target
         return target
 
@@ -155,13 +167,10 @@ class DirectCaller:
             "X-Amz-Target": f"{self._target_prefix}.{operation}",
             "Content-Type": self._content_type,
             **target.headers,
-            "User-Agent": self._user_agent,
         }
         trace = os.environ.get("_X_AMZN_TRACE_ID")
         if trace and "AWS_LAMBDA_FUNCTION_NAME" in os.environ:
             headers["X-Amzn-Trace-Id"] = quote(trace, safe="-=;:+&[]{}\"',")
-        headers["amz-sdk-invocation-id"] = str(uuid.uuid4())
-        headers["amz-sdk-request"] = f"attempt=1; max={self._max_attempts}"
         return headers
 
     async def call(self, operation: str, params: dict[str, Any]) -> dict[str, Any] | None:
@@ -191,6 +200,9 @@ class DirectCaller:
             frozen.secret_key,
             frozen.token,
         )
+        # Added after signing, as botocore does (they are not signed).
+        headers["amz-sdk-invocation-id"] = str(uuid.uuid4())
+        headers["amz-sdk-request"] = self._attempt
         request = _Request(target.url, headers, body)
         try:
             response = await self._http.send(request)
