@@ -211,6 +211,14 @@ class DirectCaller:
             log.debug("direct %s failed (%s); made through botocore", operation, exc)
             return None
         self.direct += 1
-        return await direct_outcomes.outcome(
+        parsed = await direct_outcomes.outcome(
             self._client, self._parser, op, response.status_code, response.headers, content
         )
+        if parsed is None:
+            log.debug(
+                "direct %s answered %s %.200r; made through botocore",
+                operation,
+                response.status_code,
+                content,
+            )
+        return parsed
