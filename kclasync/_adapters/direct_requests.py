@@ -5,12 +5,12 @@ A worker's steady load is a renewal (``UpdateItem``) per lease per renewer perio
 parameter walk, an endpoint-ruleset evaluation, request preparation and a retry handler. Here
 those calls are made directly: the JSON body is the parameters as orjson writes them (the JSON
 protocol's body for the str/int/list/dict values the adapters pass), the headers are the ones
-botocore sends, the signature is SigV4 (``sigv4``: botocore's header, computed for this one request
-form) with the client's credentials (frozen per call, so refreshable credentials keep
-refreshing), the request goes through the client's
-own HTTP session (its connection pool, timeouts, proxies and TLS settings), and the response,
-successful or not, is parsed by the client's own parser. The endpoint and signing scope come
-from the client's endpoint ruleset, evaluated once per operation, table and account.
+botocore sends, the signature is SigV4 (``sigv4``: botocore's header, computed for this one
+request form) with the client's credentials (frozen per call, so refreshable credentials keep
+refreshing), the request goes through the client's own HTTP session (its connection pool,
+timeouts, proxies and TLS settings), and the response, successful or not, is parsed by the
+client's own parser. The endpoint and signing scope come from the client's endpoint ruleset,
+evaluated once per operation, table and account.
 
 What comes back is what botocore's call would return or raise, decided by ``direct_outcomes``:
 a parsed success, or the client's own exception class for an error botocore would not retry
@@ -29,6 +29,7 @@ session the user made.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import time
@@ -187,8 +188,14 @@ class DirectCaller:
         credentials = self._signer._credentials
         if credentials is None:
             return None  # botocore raises NoCredentialsError
-        frozen = await credentials.get_frozen_credentials()
-        target = await self._target(op, params, getattr(frozen, "account_id", None))
+        try:
+            frozen = credentials.get_frozen_credentials()  # refreshed when near expiry
+            if inspect.isawaitable(frozen):
+                frozen = await frozen
+            target = await self._target(op, params, getattr(frozen, "account_id", None))
+        except Exception as exc:  # a refresh or an endpoint that fails: botocore raises it
+            log.debug("direct %s not made (%s); made through botocore", operation, exc)
+            return None
         if target is None:
             return None
         headers = self._headers(operation, target)

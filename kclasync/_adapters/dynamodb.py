@@ -1,6 +1,8 @@
 """The lease table on DynamoDB (aiobotocore), with the KCL's fenced conditional writes.
 
 Owns: the DynamoDB calls behind ``LeaseStore`` and the mapping of AWS errors to adapter errors.
+The conditional ``UpdateItem`` writes go through ``direct_requests.call`` (direct on clients
+made from kclasync's own session; the same results and exceptions as botocore's call).
 Each write's condition comes from ``_core.lease_rules`` (compiled by ``dynamo_conditions``).
 Must not: decide anything about the protocol (which lease to take, when it expires, which
 condition a write carries).

@@ -1,7 +1,9 @@
 """Kinesis Data Streams (aiobotocore) behind ``StreamClient``.
 
 Owns: ListShards paging and filters, GetShardIterator, GetRecords (and the checking of its
-responses: ``records_result``), and the mapping of AWS errors.
+responses: ``records_result``), and the mapping of AWS errors. GetRecords goes through
+``direct_requests.call`` (direct on clients made from kclasync's own session; the same results
+and exceptions as botocore's call).
 Must not: retry or back off (the runtime decides), or decide anything about leases.
 """
 
