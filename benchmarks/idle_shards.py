@@ -11,7 +11,11 @@ runs in this one process and the figures are printed as ratios against it. The m
 the direct request path (``_adapters/direct_requests.py``) turn it off for their run only.
 
     uv run python benchmarks/idle_shards.py [--shards 100] [--window 60] [--warmup 15] [--wakeups 5]
-        [--modes 0,1,2,3]
+        [--modes 0,1,2,3,4] [--keep-alive]
+
+``--keep-alive`` puts a proxy process between the worker and moto that keeps the worker's
+connections open (``benchmarks/keepalive_proxy.py``), to see what a call costs when
+connections are reused, as they are on AWS (moto closes each one).
 
 Also ``benchmarks/data_path.py --idle`` (same options).
 """
@@ -34,7 +38,7 @@ from aiobotocore.session import get_session
 from kclasync import ClientOptions, Consumer, ConsumerConfig, Record
 from kclasync._adapters import aws as aws_clients
 from kclasync._adapters import direct_requests
-from kclasync.testing.emulators import LocalAws, moto_process
+from kclasync.testing.emulators import LocalAws, free_port, moto_process
 
 REGION = "us-east-1"
 CREDS = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
@@ -126,7 +130,12 @@ def lost_leases(consumer: Consumer) -> float:
 
 
 async def measure(
-    aws: LocalAws, stream: str, hash_keys: dict[str, str], mode: Mode, args: argparse.Namespace
+    aws: LocalAws,
+    stream: str,
+    hash_keys: dict[str, str],
+    mode: Mode,
+    args: argparse.Namespace,
+    worker_url: str,
 ) -> Figures:
     processed: dict[str, float] = {}
     arrived = asyncio.Event()
@@ -148,7 +157,7 @@ async def measure(
         config=config,
         client_options=ClientOptions(
             region_name=REGION,
-            endpoint_url=aws.endpoint_url,
+            endpoint_url=worker_url,
             **CREDS,
             **mode.options,  # type: ignore[arg-type]
         ),
@@ -223,7 +232,13 @@ async def measure(
 
 
 async def main(args: argparse.Namespace) -> None:
-    with moto_process() as aws:
+    with contextlib.ExitStack() as stack:
+        aws = stack.enter_context(moto_process())
+        worker_url = aws.endpoint_url
+        if args.keep_alive:
+            from keepalive_proxy import keepalive_proxy
+
+            worker_url = stack.enter_context(keepalive_proxy(aws.endpoint_url, free_port()))
         stream = f"idle-{uuid.uuid4().hex[:6]}"
         hash_keys = await make_stream(aws, stream, args.shards)
         async with get_session().create_client(
@@ -233,7 +248,7 @@ async def main(args: argparse.Namespace) -> None:
         results: list[tuple[Mode, Figures]] = []
         for mode in [MODES[int(i)] for i in args.modes.split(",")]:
             with direct_path(mode.direct):
-                figures = await measure(aws, stream, hash_keys, mode, args)
+                figures = await measure(aws, stream, hash_keys, mode, args, worker_url)
             results.append((mode, figures))
             print(f"  {mode.name}: {figures}", flush=True)
     base = results[0][1]
@@ -241,6 +256,7 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"{args.shards} idle shards, one worker, {args.window:g} s window "
         f"(after all leases were held + {args.warmup:g} s); moto in its own process"
+        + (", the worker's connections kept open by a proxy process" if args.keep_alive else "")
     )
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     header = (
@@ -266,6 +282,12 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds after all are held")
     parser.add_argument("--wakeups", type=int, default=5, help="records put into idle shards")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="the worker reaches moto through a proxy process that keeps its connections open"
+        " (as AWS does; moto closes every one)",
+    )
     parser.add_argument(
         "--modes", default=",".join(str(i) for i in range(len(MODES))), help="indexes of MODES"
     )
