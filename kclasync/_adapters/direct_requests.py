@@ -116,7 +116,6 @@ class DirectCaller:
         self._http = client._endpoint.http_session
         self._parser = client._endpoint._response_parser_factory.create_parser("json")
         self._signer = client._request_signer
-        self._service_id = model.service_id.hyphenize()
         self._content_type = f"application/x-amz-json-{model.metadata['jsonVersion']}"
         self._target_prefix = model.metadata["targetPrefix"]
         # botocore's first-attempt ``amz-sdk-request`` header: the maximum is seeded only
