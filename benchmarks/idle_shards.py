@@ -6,10 +6,16 @@ WARMUP seconds have passed, the process CPU and the calls made are counted over 
 Then a record is put into an idle shard, one shard at a time, and the time from the put to its
 processing is the wake-up latency (it must stay within the configured maximum idle time plus a
 call). The baseline mode is the behaviour before idle shards were made cheap (a fixed
-``idle_time_between_reads``, botocore's request path), selected through settings, so both run in
-this one process and the figures are printed as ratios against it.
+``idle_time_between_reads``, botocore's request path), selected through settings, so every mode
+runs in this one process and the figures are printed as ratios against it. The modes without
+the direct request path (``_adapters/direct_requests.py``) turn it off for their run only.
 
     uv run python benchmarks/idle_shards.py [--shards 100] [--window 60] [--warmup 15] [--wakeups 5]
+        [--modes 0,1,2,3,4] [--keep-alive]
+
+``--keep-alive`` puts a proxy process between the worker and moto that keeps the worker's
+connections open (``benchmarks/keepalive_proxy.py``), to see what a call costs when
+connections are reused, as they are on AWS (moto closes each one).
 
 Also ``benchmarks/data_path.py --idle`` (same options).
 """
@@ -19,17 +25,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import statistics
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 from aiobotocore.session import get_session
 
 from kclasync import ClientOptions, Consumer, ConsumerConfig, Record
-from kclasync.testing.emulators import LocalAws, moto_process
+from kclasync._adapters import aws as aws_clients
+from kclasync._adapters import direct_requests
+from kclasync.testing.emulators import LocalAws, free_port, moto_process
 
 REGION = "us-east-1"
 CREDS = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
@@ -41,17 +50,39 @@ class Mode:
     name: str
     config: dict[str, object]
     options: dict[str, object]
+    direct: bool = True
 
 
 MODES = (
     Mode(
-        "before (fixed idle time, botocore requests)",
+        "before (fixed 1.5 s, botocore requests)",
         {"max_idle_time_between_reads": 1.5},
         {"fast_requests": False},
     ),
-    Mode("after (defaults: fixed idle time, fast requests)", {}, {}),
-    Mode("after (max idle time 6 s, fast requests)", {"max_idle_time_between_reads": 6.0}, {}),
+    Mode("fixed 1.5 s, fast requests, no direct path", {}, {}, direct=False),
+    Mode("defaults (fixed 1.5 s, fast + direct)", {}, {}),
+    Mode(
+        "max idle 6 s, fast requests, no direct path",
+        {"max_idle_time_between_reads": 6.0},
+        {},
+        direct=False,
+    ),
+    Mode("max idle 6 s, fast + direct", {"max_idle_time_between_reads": 6.0}, {}),
 )
+
+
+@contextlib.contextmanager
+def direct_path(on: bool) -> Iterator[None]:
+    """The direct request path on (as shipped) or off (clients keep botocore's path)."""
+    if on:
+        yield
+        return
+    enable = aws_clients.direct_requests.enable
+    aws_clients.direct_requests.enable = lambda client: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        aws_clients.direct_requests.enable = enable  # type: ignore[method-assign]
 
 
 @attrs.frozen
@@ -64,6 +95,8 @@ class Figures:
     wakeups: tuple[float, ...]  # seconds, put to process
     lost: float  # leases lost in the window (renewals late on a loaded machine)
     bound: float  # the configured maximum idle time
+    direct: int  # calls made on the direct path (the whole run)
+    fallbacks: int  # direct attempts made again through botocore
 
 
 async def make_stream(aws: LocalAws, stream: str, shards: int) -> dict[str, str]:
@@ -97,7 +130,12 @@ def lost_leases(consumer: Consumer) -> float:
 
 
 async def measure(
-    aws: LocalAws, stream: str, hash_keys: dict[str, str], mode: Mode, args: argparse.Namespace
+    aws: LocalAws,
+    stream: str,
+    hash_keys: dict[str, str],
+    mode: Mode,
+    args: argparse.Namespace,
+    worker_url: str,
 ) -> Figures:
     processed: dict[str, float] = {}
     arrived = asyncio.Event()
@@ -119,7 +157,7 @@ async def measure(
         config=config,
         client_options=ClientOptions(
             region_name=REGION,
-            endpoint_url=aws.endpoint_url,
+            endpoint_url=worker_url,
             **CREDS,
             **mode.options,  # type: ignore[arg-type]
         ),
@@ -148,6 +186,9 @@ async def measure(
         calls = sum(calls1.values()) + sum(writes1.values())
         calls -= sum(calls0.values()) + sum(writes0.values())
         lost = lost_leases(consumer) - lost0
+        callers = [direct_requests.caller_for(c._client) for c in (store, kinesis)]  # type: ignore[attr-defined]
+        direct = sum(c.direct for c in callers if c is not None)
+        fallbacks = sum(c.fallbacks for c in callers if c is not None)
         wakeups: list[float] = []
         rng = random.Random(args.seed)
         async with get_session().create_client(
@@ -185,11 +226,19 @@ async def measure(
         wakeups=tuple(wakeups),
         lost=lost,
         bound=config.effective_max_idle_time,
+        direct=direct,
+        fallbacks=fallbacks,
     )
 
 
 async def main(args: argparse.Namespace) -> None:
-    with moto_process() as aws:
+    with contextlib.ExitStack() as stack:
+        aws = stack.enter_context(moto_process())
+        worker_url = aws.endpoint_url
+        if args.keep_alive:
+            from keepalive_proxy import keepalive_proxy
+
+            worker_url = stack.enter_context(keepalive_proxy(aws.endpoint_url, free_port()))
         stream = f"idle-{uuid.uuid4().hex[:6]}"
         hash_keys = await make_stream(aws, stream, args.shards)
         async with get_session().create_client(
@@ -197,8 +246,9 @@ async def main(args: argparse.Namespace) -> None:
         ) as ddb:
             await ddb.list_tables()  # moto loads its DynamoDB code on the first call
         results: list[tuple[Mode, Figures]] = []
-        for mode in MODES:
-            figures = await measure(aws, stream, hash_keys, mode, args)
+        for mode in [MODES[int(i)] for i in args.modes.split(",")]:
+            with direct_path(mode.direct):
+                figures = await measure(aws, stream, hash_keys, mode, args, worker_url)
             results.append((mode, figures))
             print(f"  {mode.name}: {figures}", flush=True)
     base = results[0][1]
@@ -206,11 +256,13 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"{args.shards} idle shards, one worker, {args.window:g} s window "
         f"(after all leases were held + {args.warmup:g} s); moto in its own process"
+        + (", the worker's connections kept open by a proxy process" if args.keep_alive else "")
     )
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     header = (
         f"{'mode':<46}{'% core':>8}{'ratio':>7}{'CPU s/shard-h':>15}{'ms/call':>9}"
         f"{'GetRecords/shard-h':>20}{'lease writes/shard-h':>22}"
-        f"{'wake-up med/max s':>19}{'bound s':>9}{'lost':>6}"
+        f"{'wake-up med/max s':>19}{'bound s':>9}{'lost':>6}{'direct/fallback':>17}"
     )
     print(header)
     for mode, f in results:
@@ -220,6 +272,7 @@ async def main(args: argparse.Namespace) -> None:
             f"{f.get_records_per_shard_hour:>20.0f}"
             f"{f.lease_writes_per_shard_hour:>22.0f}"
             f"{statistics.median(f.wakeups):>10.2f}/{max(f.wakeups):<8.2f}{f.bound:>9.2f}{f.lost:>6.0f}"
+            f"{f.direct:>10}/{f.fallbacks:<6}"
         )
 
 
@@ -229,6 +282,15 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds after all are held")
     parser.add_argument("--wakeups", type=int, default=5, help="records put into idle shards")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="the worker reaches moto through a proxy process that keeps its connections open"
+        " (as AWS does; moto closes every one)",
+    )
+    parser.add_argument(
+        "--modes", default=",".join(str(i) for i in range(len(MODES))), help="indexes of MODES"
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import attrs
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
-from kclasync._adapters import fast_parse, fast_requests
+from kclasync._adapters import direct_requests, fast_parse, fast_requests
 
 
 @attrs.frozen(kw_only=True)
@@ -44,7 +44,10 @@ class ClientOptions:
     fast_parsing: bool | None = None
     #: Skip per-call work whose result never changes on the clients kclasync creates (request
     #: parameter validation; rebuilding the User-Agent header for every request). The session,
-    #: yours or kclasync's, is not changed. False: botocore's request path.
+    #: yours or kclasync's, is not changed. On clients made from kclasync's own session (no
+    #: ``session`` passed in), the hot calls (lease ``UpdateItem``, ``GetRecords``) are also
+    #: built, signed and sent directly (``_adapters/direct_requests.py``). False: botocore's
+    #: request path for every call.
     fast_requests: bool = True
 
     def _kwargs(self, endpoint: str | None) -> dict[str, Any]:
@@ -96,13 +99,17 @@ class ClientOptions:
             made = session.client(service, **kwargs)
         else:
             raise TypeError(f"session must be an aiobotocore or aioboto3 session, got {session!r}")
-        return _with_fast_requests(made) if self.fast_requests else made
+        if not self.fast_requests:
+            return made
+        return _with_fast_requests(made, direct=self.session is None)
 
 
 @contextlib.asynccontextmanager
 async def _with_fast_requests(
-    made: contextlib.AbstractAsyncContextManager[Any],
+    made: contextlib.AbstractAsyncContextManager[Any], *, direct: bool
 ) -> AsyncIterator[Any]:
     async with made as client:
         fast_requests.install(client)
+        if direct:
+            direct_requests.enable(client)
         yield client
