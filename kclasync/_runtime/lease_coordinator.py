@@ -1,10 +1,9 @@
 """The lease coordinator: the leases this worker holds, renewed, fenced, handed over, released.
 
 Owns: the held leases, their local counters and renewal times, the renewer loop, fenced writes
-(checkpoints, childShardIds) and releases. The steps of graceful handoffs are
-``lease_handoffs``'s; taking rounds are ``lease_taking``'s and feed ``held``. Decisions (what is expired, what to take, what a
-refused write means, when a handoff times out) come from ``kclasync._core`` (``held_lease``,
-``lease_taker``, ``expiry``); this module only applies them.
+(checkpoints, childShardIds) and releases. Handoff steps are ``lease_handoffs``'s; taking
+rounds (``lease_taking``) and early failover (``early_failover``) feed ``held``. Decisions come
+from ``kclasync._core`` (``held_lease``, ``lease_taker``, ``expiry``); this only applies them.
 Must not: read any clock but the event loop's, or touch stream records.
 """
 
@@ -82,6 +81,7 @@ class LeaseCoordinator:
         cpu_reader: CpuReader | None = None,
         max_cpu_percent: int = 100,
         capacity_kbps: float | None = None,
+        heartbeat_interval: float | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -105,6 +105,7 @@ class LeaseCoordinator:
             max_cpu_percent=max_cpu_percent,
             capacity_kbps=capacity_kbps,
             processed_kbps=self.processed_kbps,
+            heartbeat_interval=heartbeat_interval,
         )
         #: The steps of graceful handoffs, in both directions.
         self.handoffs = LeaseHandoffs(self)
@@ -396,5 +397,8 @@ class LeaseCoordinator:
     async def renewer_loop(self) -> None:
         while True:
             started = self.now()
-            await asyncio.gather(self.renew_all(), self.presence.report())
+            if self.presence.heartbeat_interval is None:
+                await asyncio.gather(self.renew_all(), self.presence.report())
+            else:  # the heartbeat loop writes the entry (``early_failover``)
+                await self.renew_all()
             await asyncio.sleep(max(0.0, self.renewer_interval - (self.now() - started)))
