@@ -115,3 +115,32 @@ async def test_a_killed_workers_leases_are_taken_within_1_2x_with_scans_at_the_k
     # than the failover time when a had read the final counter before the kill.)
     assert max(times) < 1.2 * FAILOVER, times
     await fleet.close()
+
+
+@in_virtual_time
+async def test_a_worker_silent_in_the_registry_but_renewing_keeps_its_leases() -> None:
+    """The registry is only a hint: b stops heartbeating but goes on renewing; a reads b's
+    leases, checks them when due, sees their counters moved and takes nothing."""
+    loop = asyncio.get_running_loop()
+    fleet = Fleet()
+    a, b = fleet.start("a"), fleet.start("b")
+    await fleet.both_hold()
+    assert a._worker is not None and b._worker is not None
+    early = a._worker.early_failover
+    assert early is not None
+    b_leases = sorted(k for k, owner in owners(fleet.table).items() if owner == "b")
+
+    async def no_write(*args: object) -> None:
+        return None
+
+    b._worker.coordinator.presence.registry.report = no_write  # type: ignore[method-assign]
+    silent_from = loop.time()
+    await wait_until(lambda: early.silences >= 1, 5 * FAILOVER, "a noticing b's silence")
+    assert loop.time() - silent_from < 2.0  # a few heartbeat periods
+    reads = early.lease_reads
+    # Past the check at the predicted expiry, and past a periodic scan: b keeps its leases.
+    await asyncio.sleep(3 * FAILOVER)
+    assert early.lease_reads > reads  # the check at the predicted expiry read them again
+    assert sorted(k for k, owner in owners(fleet.table).items() if owner == "b") == b_leases
+    assert early.early_takes == 0
+    await fleet.close()
