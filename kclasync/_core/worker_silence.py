@@ -23,6 +23,8 @@ simulation:
 * ``early_take_view``: the taker's view for taking those expired leases through the normal
   planners (``Kcl2LeaseTaker``, ``BalancedLeaseTaker``) with their limits: the leases just read,
   this worker's own, and the other live owners' leases from the last scan, counted as held.
+  ``after_early_take``: the expired leases the plan left (another worker's share, or a race
+  lost) are read and planned again a few times, a heartbeat period apart.
 
 Owns: those decisions and the default heartbeat period. Must not: do I/O, read clocks (``now``
 is passed in) or draw randomness.
@@ -154,6 +156,24 @@ def judge_silent_leases(
         waiting=tuple(waiting),
         recheck_at=min(due) if due else None,
     )
+
+
+#: Expired leases of a silent worker that this worker's plan left to others (or that another
+#: worker's take raced) are read and planned again this many times, a heartbeat period apart:
+#: workers planning independently may both pick the same lease and leave another one.
+RETAKE_ROUNDS = 3
+
+
+def after_early_take(
+    check: SilentLeaseCheck, taken: Collection[str], now: float, delay: float, rounds_left: int
+) -> SilentLeaseCheck:
+    """What to read again after taking ``taken`` of ``check.expired``: the expired leases not
+    taken by this worker, ``delay`` from now (while ``rounds_left``), and the waiting ones."""
+    left = [lease.key for lease in check.expired if lease.key not in taken]
+    if not left or rounds_left <= 0:
+        return SilentLeaseCheck(waiting=check.waiting, recheck_at=check.recheck_at)
+    due = now + delay if check.recheck_at is None else min(check.recheck_at, now + delay)
+    return SilentLeaseCheck(waiting=(*check.waiting, *left), recheck_at=due)
 
 
 def early_take_view(

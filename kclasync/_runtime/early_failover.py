@@ -6,7 +6,8 @@ that just went silent (``core.worker_silence.watch_heartbeats``) a follower task
 worker's leases at once (the owner index, and the leases it held in the last scan, each read
 strongly), feeds them to the taker's expiry tracker as a scan would, and reads the ones still
 the silent worker's again when they are due to expire (``judge_silent_leases``). Expired ones
-are taken through the taker's own plan (``early_take_view``) and the normal conditional take.
+are taken through the taker's own plan (``early_take_view``) and the normal conditional take;
+those the plan left to others are planned again a few times (``after_early_take``).
 
 Owns: the heartbeat loop, the followers and their counters (for the benchmarks and the
 simulation report). Must not: judge expiry or choose leases itself (``_core``), renew or
@@ -21,8 +22,10 @@ from typing import TYPE_CHECKING
 
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.worker_silence import (
+    RETAKE_ROUNDS,
     HeartbeatView,
     SilentLeaseCheck,
+    after_early_take,
     early_take_view,
     judge_silent_leases,
     watch_heartbeats,
@@ -104,9 +107,12 @@ class EarlyFailover:
         check = judge_silent_leases(
             taking.expiry, owner, await self._read(keys), holder.now(), recheck=False
         )
+        rounds_left = RETAKE_ROUNDS
         while True:
             if check.expired:
-                await self._take(check)
+                taken = await self._take(check)
+                check = after_early_take(check, taken, holder.now(), self.interval, rounds_left)
+                rounds_left -= 1
             if check.recheck_at is None or not taking.enabled:
                 return
             await asyncio.sleep(max(0.0, check.recheck_at - holder.now()))
@@ -121,11 +127,12 @@ class EarlyFailover:
         self.lease_reads += len(ordered)
         return list(await asyncio.gather(*(self._holder.store.get_lease(k) for k in ordered)))
 
-    async def _take(self, check: SilentLeaseCheck) -> None:
+    async def _take(self, check: SilentLeaseCheck) -> set[str]:
+        """Take what the taker's plan chooses of the expired leases; the keys taken."""
         holder = self._holder
         taking = holder.taking
         if not taking.enabled:
-            return
+            return set()
         expired = [lease for lease in check.expired if not taking.is_excluded(lease.key)]
         now = holder.now()
         view = early_take_view(
@@ -143,5 +150,7 @@ class EarlyFailover:
         plan = taking.taker.plan(view, taking.rng)
         by_key = {lease.key: lease for lease in expired}
         chosen = [by_key[lease.key] for lease in plan.take if lease.key in by_key]
-        taken = await asyncio.gather(*(taking.take(lease) for lease in chosen))
-        self.early_takes += sum(1 for lease in taken if lease is not None)
+        results = await asyncio.gather(*(taking.take(lease) for lease in chosen))
+        taken = {lease.key for lease in results if lease is not None}
+        self.early_takes += len(taken)
+        return taken

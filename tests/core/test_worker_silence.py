@@ -14,6 +14,8 @@ from kclasync._core.lease_taker import Kcl2LeaseTaker
 from kclasync._core.worker_silence import (
     RECHECK_SLACK,
     HeartbeatView,
+    SilentLeaseCheck,
+    after_early_take,
     default_heartbeat_interval,
     early_take_view,
     judge_silent_leases,
@@ -158,6 +160,18 @@ def test_leases_of_another_owner_now_or_deleted_are_left_alone() -> None:
         tracker, "b", [Lease(key="x", owner="c", counter=2), None], 30.0, recheck=False
     )
     assert check == type(check)()
+
+
+def test_expired_leases_left_by_the_plan_are_planned_again_a_few_times() -> None:
+    a, b = Lease(key="a", owner="dead"), Lease(key="b", owner="dead")
+    check = SilentLeaseCheck(expired=(a, b), waiting=("c",), recheck_at=30.0)
+    # "b" went to another worker's share (or its take raced): read it again a period later.
+    again = after_early_take(check, {"a"}, 20.0, 0.5, rounds_left=3)
+    assert again == SilentLeaseCheck(waiting=("c", "b"), recheck_at=20.5)
+    # Out of rounds, or all taken: only the waiting ones remain.
+    for taken, rounds in (({"a"}, 0), ({"a", "b"}, 3)):
+        done = after_early_take(check, taken, 20.0, 0.5, rounds_left=rounds)
+        assert done == SilentLeaseCheck(waiting=("c",), recheck_at=30.0)
 
 
 # -- the early take goes through the takers' own plans ---------------------------------------------
