@@ -46,8 +46,12 @@ HEARTBEAT_DIVISOR = 20
 #: ... but never below this many seconds (a write and a registry read per period and worker).
 HEARTBEAT_FLOOR = 0.5
 #: A heartbeat that has not changed for its period x (1 + this), on the reader's clock, is
-#: silent: a write may come up to half a period late before the reader says so.
-SILENCE_MARGIN = 0.5
+#: silent: a write may come up to a whole period late before the reader says so (a loaded
+#: host delays writes; a false alarm costs reads of that worker's leases).
+SILENCE_MARGIN = 1.0
+#: Readers read the registry this many times per heartbeat period, so that a silence is seen
+#: about one period after the threshold at most.
+READS_PER_PERIOD = 2
 #: ``is_expired`` is strict (idle > failover): a re-check is due this much after the failover.
 RECHECK_SLACK = 0.001
 

@@ -1,7 +1,8 @@
 """Early failover: heartbeats in the worker registry, and following the workers that go silent.
 
 Every heartbeat period this worker re-writes its registry entry (a full report with a CPU sample
-once per renewer period, a plain heartbeat otherwise) and reads the registry. For each worker
+once per renewer period, a plain heartbeat otherwise), and twice per period it reads the
+registry (``READS_PER_PERIOD``). For each worker
 that just went silent (``core.worker_silence.watch_heartbeats``) a follower task reads that
 worker's leases at once (the owner index, and the leases it held in the last scan, each read
 strongly), feeds them to the taker's expiry tracker as a scan would, and reads the ones still
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.worker_silence import (
+    READS_PER_PERIOD,
     RETAKE_ROUNDS,
     HeartbeatView,
     SilentLeaseCheck,
@@ -54,19 +56,28 @@ class EarlyFailover:
         self.registry_reads = 0
 
     async def run(self) -> None:
-        """Heartbeat and watch forever; followers run in this task's own group."""
-        holder = self._holder
-        last_report: float | None = None
+        """Heartbeat and watch forever, on two schedules (a slow registry read never delays a
+        heartbeat); followers run in this task's own group."""
         async with asyncio.TaskGroup() as followers:
+            followers.create_task(self._heartbeats(), name="heartbeat-writes")
+            holder = self._holder
+            period = self.interval / READS_PER_PERIOD
             while True:
                 started = holder.now()
-                if last_report is None or started - last_report >= holder.renewer_interval:
-                    last_report = started
-                    write = holder.presence.report()
-                else:
-                    write = holder.presence.beat()
-                await asyncio.gather(write, self._watch(followers))
-                await asyncio.sleep(max(0.0, self.interval - (holder.now() - started)))
+                await self._watch(followers)
+                await asyncio.sleep(max(0.0, period - (holder.now() - started)))
+
+    async def _heartbeats(self) -> None:
+        holder = self._holder
+        last_report: float | None = None
+        while True:
+            started = holder.now()
+            if last_report is None or started - last_report >= holder.renewer_interval:
+                last_report = started
+                await holder.presence.report()  # with a CPU sample
+            else:
+                await holder.presence.beat()
+            await asyncio.sleep(max(0.0, self.interval - (holder.now() - started)))
 
     async def _watch(self, followers: asyncio.TaskGroup) -> None:
         holder = self._holder

@@ -39,18 +39,20 @@ def test_the_default_period_is_a_twentieth_of_the_failover_time_and_at_least_hal
     assert default_heartbeat_interval(3.0) == 0.5
 
 
-def test_a_heartbeat_that_stops_is_reported_silent_once_after_one_and_a_half_periods() -> None:
+def test_a_heartbeat_that_stops_is_reported_silent_once_after_two_periods() -> None:
     view = HeartbeatView()
     reported: list[tuple[float, frozenset[str]]] = []
-    # Reads every 0.5 s; "b" beats until t=2.0 (value 4), "a" keeps beating.
-    for step in range(12):
-        now = step * 0.5
-        beat_b = min(step, 4)
-        view, silent = watch_heartbeats(view, [entry("a", step), entry("b", beat_b)], "me", now)
+    # Reads every 0.25 s; "b" beats every 0.5 s until t=2.0 (value 4), "a" keeps beating.
+    for step in range(20):
+        now = step * 0.25
+        beat_b = min(step // 2, 4)
+        view, silent = watch_heartbeats(
+            view, [entry("a", step // 2), entry("b", beat_b)], "me", now
+        )
         if silent:
             reported.append((now, silent))
-    # Last change seen at 2.0; 2.5 and 2.75 are within the period + margin; 3.0 is past it.
-    assert reported == [(3.0, frozenset({"b"}))]
+    # Last change seen at 2.0; up to 3.0 is within two periods; 3.25 is past them.
+    assert reported == [(3.25, frozenset({"b"}))]
     assert view.silent_workers() == {"b"}
 
 
@@ -60,21 +62,21 @@ def test_only_change_counts_never_the_heartbeats_value_against_the_local_clock()
     view, _ = watch_heartbeats(HeartbeatView(), [entry("b", 10**15)], "me", 100.0)
     view, silent = watch_heartbeats(view, [entry("b", 3)], "me", 100.7)
     assert not silent and view.beats["b"].since == 100.7
-    view, silent = watch_heartbeats(view, [entry("b", 3)], "me", 101.4)
-    assert not silent  # 0.7 s: within 1.5 periods
-    view, silent = watch_heartbeats(view, [entry("b", 3)], "me", 101.5)
+    view, silent = watch_heartbeats(view, [entry("b", 3)], "me", 101.7)
+    assert not silent  # 1.0 s: within two periods
+    view, silent = watch_heartbeats(view, [entry("b", 3)], "me", 101.8)
     assert silent == {"b"}
 
 
 def test_a_worker_that_beats_again_is_no_longer_silent_and_can_be_reported_again() -> None:
     view, _ = watch_heartbeats(HeartbeatView(), [entry("b", 1)], "me", 0.0)
-    view, silent = watch_heartbeats(view, [entry("b", 1)], "me", 1.0)
+    view, silent = watch_heartbeats(view, [entry("b", 1)], "me", 1.5)
     assert silent == {"b"}
     view, silent = watch_heartbeats(view, [entry("b", 1)], "me", 5.0)
     assert not silent  # reported once per silence
     view, silent = watch_heartbeats(view, [entry("b", 2)], "me", 5.5)
     assert not silent and not view.silent_workers()
-    view, silent = watch_heartbeats(view, [entry("b", 2)], "me", 6.5)
+    view, silent = watch_heartbeats(view, [entry("b", 2)], "me", 7.0)
     assert silent == {"b"}
 
 
@@ -87,9 +89,9 @@ def test_entries_without_a_heartbeat_period_and_this_workers_own_are_not_watched
 
 def test_the_silence_threshold_is_the_writers_period_not_the_readers() -> None:
     view, _ = watch_heartbeats(HeartbeatView(), [entry("slow", 1, interval=4.0)], "me", 0.0)
-    view, silent = watch_heartbeats(view, [entry("slow", 1, interval=4.0)], "me", 5.9)
+    view, silent = watch_heartbeats(view, [entry("slow", 1, interval=4.0)], "me", 7.9)
     assert not silent
-    view, silent = watch_heartbeats(view, [entry("slow", 1, interval=4.0)], "me", 6.1)
+    view, silent = watch_heartbeats(view, [entry("slow", 1, interval=4.0)], "me", 8.1)
     assert silent == {"slow"}
 
 
