@@ -90,12 +90,21 @@ def is_silent(beat: Beat, now: float) -> bool:
 
 
 def watch_heartbeats(
-    previous: HeartbeatView, entries: Iterable[WorkerMetrics], me: str, now: float
+    previous: HeartbeatView,
+    entries: Iterable[WorkerMetrics],
+    me: str,
+    now: float,
+    *,
+    sent: float | None = None,
 ) -> tuple[HeartbeatView, frozenset[str]]:
-    """Fold a read of the registry taken at ``now`` into the view; return the new view and the
-    workers that just went silent. Entries without a heartbeat period (Java workers, kclasync
-    workers reporting only with their renewals) and this worker's own are not watched; a worker
-    that left the registry is forgotten."""
+    """Fold a read of the registry into the view; return the new view and the workers that just
+    went silent. The read was sent at ``sent`` (default ``now``) and answered at ``now``: a new
+    value is stamped with ``now`` (it was written before then) and silence is measured up to
+    ``sent`` (nothing new was visible then), so a slow read or a stalled server never makes a
+    heartbeat look silent. Entries without a heartbeat period (Java workers, kclasync workers
+    reporting only with their renewals) and this worker's own are not watched; a worker that
+    left the registry is forgotten."""
+    asked = now if sent is None else sent
     beats: dict[str, Beat] = {}
     newly: set[str] = set()
     for entry in entries:
@@ -106,7 +115,7 @@ def watch_heartbeats(
             beats[entry.worker_id] = Beat(entry.heartbeat, entry.heartbeat_interval, now)
             continue
         beat = attrs.evolve(old, interval=entry.heartbeat_interval)
-        if not beat.silent and is_silent(beat, now):
+        if not beat.silent and is_silent(beat, asked):
             beat = attrs.evolve(beat, silent=True)
             newly.add(entry.worker_id)
         beats[entry.worker_id] = beat

@@ -81,13 +81,16 @@ class EarlyFailover:
 
     async def _watch(self, followers: asyncio.TaskGroup) -> None:
         holder = self._holder
+        sent = holder.now()
         try:
             entries = await holder.presence.read_registry()
         except AdapterError as exc:
             log.info("reading the worker registry failed (keeping the last view): %s", exc)
             return
         self.registry_reads += 1
-        self.view, silent = watch_heartbeats(self.view, entries, holder.worker_id, holder.now())
+        self.view, silent = watch_heartbeats(
+            self.view, entries, holder.worker_id, holder.now(), sent=sent
+        )
         for worker in sorted(silent - self._following):
             if not holder.taking.enabled:
                 break

@@ -80,6 +80,19 @@ def test_a_worker_that_beats_again_is_no_longer_silent_and_can_be_reported_again
     assert silent == {"b"}
 
 
+def test_a_slow_read_does_not_make_a_heartbeat_look_silent() -> None:
+    # Seen at 10.0 (answer of a read); the next read is sent at 10.5 but answered at 12.0 (a
+    # stalled server): silence is measured to the send, 0.5 s, not 2 s.
+    view, _ = watch_heartbeats(HeartbeatView(), [entry("b", 1)], "me", 10.0)
+    view, silent = watch_heartbeats(view, [entry("b", 1)], "me", 12.0, sent=10.5)
+    assert not silent
+    # A new value is stamped with the answer: the write may have landed just before it.
+    view, _ = watch_heartbeats(view, [entry("b", 2)], "me", 13.0, sent=12.1)
+    assert view.beats["b"].since == 13.0
+    view, silent = watch_heartbeats(view, [entry("b", 2)], "me", 14.2, sent=14.1)
+    assert silent == {"b"}
+
+
 def test_entries_without_a_heartbeat_period_and_this_workers_own_are_not_watched() -> None:
     java = entry("java", None, None)
     view, _ = watch_heartbeats(HeartbeatView(), [java, entry("me", 1)], "me", 0.0)
