@@ -12,7 +12,9 @@ Three decisions, each used unchanged by the runtime (``_runtime/early_failover.p
 simulation:
 
 * ``watch_heartbeats``: from the previous view of the registry, the entries just read and the
-  local time, which workers just went silent. A heartbeat is only ever compared for change,
+  local time, which workers just went silent (and which left the registry: a graceful stop
+  removes the entry after releasing the leases, so a taking round then finds them unowned).
+  A heartbeat is only ever compared for change,
   and the time it stood still is measured on the local clock from this worker's first read of
   its current value: remote timestamps are never compared with the local clock.
 * ``judge_silent_leases``: feeds leases read one by one into the expiry tracker exactly as a
@@ -89,6 +91,18 @@ def is_silent(beat: Beat, now: float) -> bool:
     return now - beat.since > beat.interval * (1 + SILENCE_MARGIN)
 
 
+@attrs.frozen
+class HeartbeatChange:
+    """What a read of the registry showed."""
+
+    view: HeartbeatView
+    #: Workers that just went silent: read their leases now.
+    silent: frozenset[str] = frozenset()
+    #: Watched workers whose entry is gone (a graceful stop deletes it after releasing its
+    #: leases): a taking round now finds those leases unowned.
+    left: frozenset[str] = frozenset()
+
+
 def watch_heartbeats(
     previous: HeartbeatView,
     entries: Iterable[WorkerMetrics],
@@ -96,12 +110,12 @@ def watch_heartbeats(
     now: float,
     *,
     sent: float | None = None,
-) -> tuple[HeartbeatView, frozenset[str]]:
-    """Fold a read of the registry into the view; return the new view and the workers that just
-    went silent. The read was sent at ``sent`` (default ``now``) and answered at ``now``: a new
-    value is stamped with ``now`` (it was written before then) and silence is measured up to
-    ``sent`` (nothing new was visible then), so a slow read or a stalled server never makes a
-    heartbeat look silent. Entries without a heartbeat period (Java workers, kclasync workers
+) -> HeartbeatChange:
+    """Fold a read of the registry into the view; return the new view, the workers that just
+    went silent and those that left. The read was sent at ``sent`` (default ``now``) and
+    answered at ``now``: a new value is stamped with ``now`` (it was written before then) and
+    silence is measured up to ``sent`` (nothing new was visible then), so a slow read or a
+    stalled server never makes a heartbeat look silent. Entries without a heartbeat period (Java workers, kclasync workers
     reporting only with their renewals) and this worker's own are not watched; a worker that
     left the registry is forgotten."""
     asked = now if sent is None else sent
@@ -119,7 +133,8 @@ def watch_heartbeats(
             beat = attrs.evolve(beat, silent=True)
             newly.add(entry.worker_id)
         beats[entry.worker_id] = beat
-    return HeartbeatView(beats), frozenset(newly)
+    left = frozenset(previous.beats) - frozenset(beats) - {me}
+    return HeartbeatChange(HeartbeatView(beats), frozenset(newly), left)
 
 
 @attrs.frozen
@@ -132,6 +147,9 @@ class SilentLeaseCheck:
     #: Still the silent worker's, not expired yet: read again at ``recheck_at``.
     waiting: tuple[str, ...] = ()
     recheck_at: float | None = None
+    #: Expired, but no plan of this worker's took them in ``RETAKE_ROUNDS`` rounds (the plans
+    #: of workers that saw different tables disagreed): a full taking round settles them.
+    unplanned: tuple[str, ...] = ()
 
 
 def judge_silent_leases(
@@ -182,9 +200,9 @@ def after_early_take(
 ) -> SilentLeaseCheck:
     """What to read again after taking ``taken`` of ``check.expired``: the expired leases not
     taken by this worker, ``delay`` from now (while ``rounds_left``), and the waiting ones."""
-    left = [lease.key for lease in check.expired if lease.key not in taken]
+    left = tuple(lease.key for lease in check.expired if lease.key not in taken)
     if not left or rounds_left <= 0:
-        return SilentLeaseCheck(waiting=check.waiting, recheck_at=check.recheck_at)
+        return SilentLeaseCheck(waiting=check.waiting, recheck_at=check.recheck_at, unplanned=left)
     due = now + delay if check.recheck_at is None else min(check.recheck_at, now + delay)
     return SilentLeaseCheck(waiting=(*check.waiting, *left), recheck_at=due)
 

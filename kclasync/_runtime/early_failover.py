@@ -10,6 +10,10 @@ the silent worker's again when they are due to expire (``judge_silent_leases``).
 are taken through the taker's own plan (``early_take_view``) and the normal conditional take;
 those the plan left to others are planned again a few times (``after_early_take``).
 
+A worker that left the registry (a graceful stop deletes its entry after releasing its leases)
+wakes the taker, so released leases are taken at once rather than at the next periodic scan;
+so do expired leases that no plan of this worker's took in a few rounds.
+
 Owns: the heartbeat loop, the followers and their counters (for the benchmarks and the
 simulation report). Must not: judge expiry or choose leases itself (``_core``), renew or
 release, or read any clock but the coordinator's.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kclasync._core.lease import CorruptLeaseError, Lease
@@ -41,8 +46,14 @@ log = logging.getLogger("kclasync.leases")
 
 
 class EarlyFailover:
-    def __init__(self, holder: LeaseCoordinator, interval: float) -> None:
+    def __init__(
+        self,
+        holder: LeaseCoordinator,
+        interval: float,
+        wake_taker: Callable[[], None] | None = None,
+    ) -> None:
         self._holder = holder
+        self._wake_taker = wake_taker
         self.interval = interval
         self.view = HeartbeatView()
         #: Silent workers being followed, by id.
@@ -88,10 +99,11 @@ class EarlyFailover:
             log.info("reading the worker registry failed (keeping the last view): %s", exc)
             return
         self.registry_reads += 1
-        self.view, silent = watch_heartbeats(
-            self.view, entries, holder.worker_id, holder.now(), sent=sent
-        )
-        for worker in sorted(silent - self._following):
+        change = watch_heartbeats(self.view, entries, holder.worker_id, holder.now(), sent=sent)
+        self.view = change.view
+        if change.left and self._wake_taker is not None:
+            self._wake_taker()  # released leases: a taking round now, not at the next period
+        for worker in sorted(change.silent - self._following):
             if not holder.taking.enabled:
                 break
             self._following.add(worker)
@@ -127,6 +139,8 @@ class EarlyFailover:
                 taken = await self._take(check)
                 check = after_early_take(check, taken, holder.now(), self.interval, rounds_left)
                 rounds_left -= 1
+                if check.unplanned and self._wake_taker is not None:
+                    self._wake_taker()
             if check.recheck_at is None or not taking.enabled:
                 return
             await asyncio.sleep(max(0.0, check.recheck_at - holder.now()))

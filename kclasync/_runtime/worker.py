@@ -222,7 +222,11 @@ class Worker:
         )
         #: Heartbeats and the following of silent workers (``early_failover``), else None.
         self.early_failover = (
-            EarlyFailover(self.coordinator, cfg.effective_heartbeat_interval)
+            EarlyFailover(
+                self.coordinator,
+                cfg.effective_heartbeat_interval,
+                wake_taker=self._taker_wake.set,
+            )
             if cfg.effective_heartbeat_interval is not None
             else None
         )

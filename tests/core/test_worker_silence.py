@@ -25,6 +25,13 @@ from kclasync._core.worker_silence import (
 F = 10.0
 
 
+def watch(
+    view: HeartbeatView, entries: list[wm.WorkerMetrics], me: str, now: float, **kw: float
+) -> tuple[HeartbeatView, frozenset[str]]:
+    change = watch_heartbeats(view, entries, me, now, **kw)
+    return change.view, change.silent
+
+
 def entry(worker: str, beat: int | None, interval: float | None = 0.5) -> wm.WorkerMetrics:
     return wm.WorkerMetrics(
         worker_id=worker, last_update=0, heartbeat=beat, heartbeat_interval=interval
@@ -46,9 +53,7 @@ def test_a_heartbeat_that_stops_is_reported_silent_once_after_two_periods() -> N
     for step in range(20):
         now = step * 0.25
         beat_b = min(step // 2, 4)
-        view, silent = watch_heartbeats(
-            view, [entry("a", step // 2), entry("b", beat_b)], "me", now
-        )
+        view, silent = watch(view, [entry("a", step // 2), entry("b", beat_b)], "me", now)
         if silent:
             reported.append((now, silent))
     # Last change seen at 2.0; up to 3.0 is within two periods; 3.25 is past them.
@@ -59,59 +64,59 @@ def test_a_heartbeat_that_stops_is_reported_silent_once_after_two_periods() -> N
 def test_only_change_counts_never_the_heartbeats_value_against_the_local_clock() -> None:
     # Values far from the local clock (another host's wall clock, a restarted counter) do not
     # matter: a new value is a beat, an unchanged one is silence measured locally.
-    view, _ = watch_heartbeats(HeartbeatView(), [entry("b", 10**15)], "me", 100.0)
-    view, silent = watch_heartbeats(view, [entry("b", 3)], "me", 100.7)
+    view, _ = watch(HeartbeatView(), [entry("b", 10**15)], "me", 100.0)
+    view, silent = watch(view, [entry("b", 3)], "me", 100.7)
     assert not silent and view.beats["b"].since == 100.7
-    view, silent = watch_heartbeats(view, [entry("b", 3)], "me", 101.7)
+    view, silent = watch(view, [entry("b", 3)], "me", 101.7)
     assert not silent  # 1.0 s: within two periods
-    view, silent = watch_heartbeats(view, [entry("b", 3)], "me", 101.8)
+    view, silent = watch(view, [entry("b", 3)], "me", 101.8)
     assert silent == {"b"}
 
 
 def test_a_worker_that_beats_again_is_no_longer_silent_and_can_be_reported_again() -> None:
-    view, _ = watch_heartbeats(HeartbeatView(), [entry("b", 1)], "me", 0.0)
-    view, silent = watch_heartbeats(view, [entry("b", 1)], "me", 1.5)
+    view, _ = watch(HeartbeatView(), [entry("b", 1)], "me", 0.0)
+    view, silent = watch(view, [entry("b", 1)], "me", 1.5)
     assert silent == {"b"}
-    view, silent = watch_heartbeats(view, [entry("b", 1)], "me", 5.0)
+    view, silent = watch(view, [entry("b", 1)], "me", 5.0)
     assert not silent  # reported once per silence
-    view, silent = watch_heartbeats(view, [entry("b", 2)], "me", 5.5)
+    view, silent = watch(view, [entry("b", 2)], "me", 5.5)
     assert not silent and not view.silent_workers()
-    view, silent = watch_heartbeats(view, [entry("b", 2)], "me", 7.0)
+    view, silent = watch(view, [entry("b", 2)], "me", 7.0)
     assert silent == {"b"}
 
 
 def test_a_slow_read_does_not_make_a_heartbeat_look_silent() -> None:
     # Seen at 10.0 (answer of a read); the next read is sent at 10.5 but answered at 12.0 (a
     # stalled server): silence is measured to the send, 0.5 s, not 2 s.
-    view, _ = watch_heartbeats(HeartbeatView(), [entry("b", 1)], "me", 10.0)
-    view, silent = watch_heartbeats(view, [entry("b", 1)], "me", 12.0, sent=10.5)
+    view, _ = watch(HeartbeatView(), [entry("b", 1)], "me", 10.0)
+    view, silent = watch(view, [entry("b", 1)], "me", 12.0, sent=10.5)
     assert not silent
     # A new value is stamped with the answer: the write may have landed just before it.
-    view, _ = watch_heartbeats(view, [entry("b", 2)], "me", 13.0, sent=12.1)
+    view, _ = watch(view, [entry("b", 2)], "me", 13.0, sent=12.1)
     assert view.beats["b"].since == 13.0
-    view, silent = watch_heartbeats(view, [entry("b", 2)], "me", 14.2, sent=14.1)
+    view, silent = watch(view, [entry("b", 2)], "me", 14.2, sent=14.1)
     assert silent == {"b"}
 
 
 def test_entries_without_a_heartbeat_period_and_this_workers_own_are_not_watched() -> None:
     java = entry("java", None, None)
-    view, _ = watch_heartbeats(HeartbeatView(), [java, entry("me", 1)], "me", 0.0)
-    view, silent = watch_heartbeats(view, [java, entry("me", 1)], "me", 100.0)
+    view, _ = watch(HeartbeatView(), [java, entry("me", 1)], "me", 0.0)
+    view, silent = watch(view, [java, entry("me", 1)], "me", 100.0)
     assert not silent and not view.beats
 
 
 def test_the_silence_threshold_is_the_writers_period_not_the_readers() -> None:
-    view, _ = watch_heartbeats(HeartbeatView(), [entry("slow", 1, interval=4.0)], "me", 0.0)
-    view, silent = watch_heartbeats(view, [entry("slow", 1, interval=4.0)], "me", 7.9)
+    view, _ = watch(HeartbeatView(), [entry("slow", 1, interval=4.0)], "me", 0.0)
+    view, silent = watch(view, [entry("slow", 1, interval=4.0)], "me", 7.9)
     assert not silent
-    view, silent = watch_heartbeats(view, [entry("slow", 1, interval=4.0)], "me", 8.1)
+    view, silent = watch(view, [entry("slow", 1, interval=4.0)], "me", 8.1)
     assert silent == {"slow"}
 
 
-def test_a_worker_that_left_the_registry_is_forgotten() -> None:
-    view, _ = watch_heartbeats(HeartbeatView(), [entry("b", 1)], "me", 0.0)
-    view, silent = watch_heartbeats(view, [], "me", 10.0)
-    assert not silent and not view.beats
+def test_a_worker_that_left_the_registry_is_forgotten_and_reported_as_left() -> None:
+    view, _ = watch(HeartbeatView(), [entry("b", 1)], "me", 0.0)
+    change = watch_heartbeats(view, [], "me", 10.0)
+    assert not change.silent and not change.view.beats and change.left == {"b"}
 
 
 # -- judging a silent worker's leases ------------------------------------------------------------
@@ -183,10 +188,11 @@ def test_expired_leases_left_by_the_plan_are_planned_again_a_few_times() -> None
     # "b" went to another worker's share (or its take raced): read it again a period later.
     again = after_early_take(check, {"a"}, 20.0, 0.5, rounds_left=3)
     assert again == SilentLeaseCheck(waiting=("c", "b"), recheck_at=20.5)
-    # Out of rounds, or all taken: only the waiting ones remain.
-    for taken, rounds in (({"a"}, 0), ({"a", "b"}, 3)):
-        done = after_early_take(check, taken, 20.0, 0.5, rounds_left=rounds)
-        assert done == SilentLeaseCheck(waiting=("c",), recheck_at=30.0)
+    # All taken: only the waiting ones remain. Out of rounds: "b" is left to a full round.
+    done = after_early_take(check, {"a", "b"}, 20.0, 0.5, rounds_left=3)
+    assert done == SilentLeaseCheck(waiting=("c",), recheck_at=30.0)
+    done = after_early_take(check, {"a"}, 20.0, 0.5, rounds_left=0)
+    assert done == SilentLeaseCheck(waiting=("c",), recheck_at=30.0, unplanned=("b",))
 
 
 # -- the early take goes through the takers' own plans ---------------------------------------------
