@@ -115,9 +115,9 @@ def watch_heartbeats(
     went silent and those that left. The read was sent at ``sent`` (default ``now``) and
     answered at ``now``: a new value is stamped with ``now`` (it was written before then) and
     silence is measured up to ``sent`` (nothing new was visible then), so a slow read or a
-    stalled server never makes a heartbeat look silent. Entries without a heartbeat period (Java workers, kclasync workers
-    reporting only with their renewals) and this worker's own are not watched; a worker that
-    left the registry is forgotten."""
+    stalled server never makes a heartbeat look silent. Entries without a heartbeat period
+    (Java workers, kclasync workers reporting only with their renewals) and this worker's own
+    are not watched; a worker that left the registry is forgotten."""
     asked = now if sent is None else sent
     beats: dict[str, Beat] = {}
     newly: set[str] = set()
