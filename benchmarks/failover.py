@@ -166,17 +166,18 @@ async def main(args: argparse.Namespace) -> None:
         f"failover / failover_time: median {statistics.median(results):.2f}x, "
         f"p90 {p90:.2f}x, max {max(results):.2f}x"
     )
-    ours = reads["taker_items_per_lease_hour"] + reads["other_items_per_lease_hour"]
+    ours = reads["taker_items_per_lease_hour"] + reads["early_items_per_lease_hour"]
     print(
         f"scan period {cfg.taker_interval:g}s, heartbeat period "
         f"{cfg.effective_heartbeat_interval or 'none (with renewals)'}"
     )
     print(
         f"lease items read per lease-hour by each worker to find expired leases: {ours:.0f} "
-        f"(taker scans {reads['taker_items_per_lease_hour']:.0f}, single reads and owner index "
-        f"{reads['other_items_per_lease_hour']:.0f}; KCL 2.x scans: {kcl:.0f}, "
-        f"ratio {ours / kcl:.2f}); other scans (shard sync, start-up) "
-        f"{reads['scan_items_per_lease_hour'] - reads['taker_items_per_lease_hour']:.0f}"
+        f"(taker scans {reads['taker_items_per_lease_hour']:.0f}, early failover's single reads "
+        f"and owner-index keys {reads['early_items_per_lease_hour']:.0f}; KCL 2.x scans: "
+        f"{kcl:.0f}, ratio {ours / kcl:.2f}); besides: other scans (shard sync, start-up) "
+        f"{reads['scan_items_per_lease_hour'] - reads['taker_items_per_lease_hour']:.0f}, "
+        f"other single reads (refused writes, handoffs) {reads['other_items_per_lease_hour']:.0f}"
     )
     print(
         f"worker registry per worker-hour: {reads['registry_reads_per_worker_hour']:.0f} reads "
@@ -189,7 +190,7 @@ def read_counts(tmp: str, shards: int) -> dict[str, float]:
     """Pool the workers' last statistics files: lease items read per lease-hour (a worker's
     full scan reads every lease; single reads and owner-index keys one item each) and registry
     calls per worker-hour, over the workers' summed running time."""
-    scans = taker = others = reg_reads = reg_writes = seconds = 0.0
+    scans = taker = early = others = reg_reads = reg_writes = seconds = 0.0
     silences = takes = 0
     for path in glob.glob(os.path.join(tmp, "*.stats")):
         with open(path) as f:
@@ -197,7 +198,8 @@ def read_counts(tmp: str, shards: int) -> dict[str, float]:
         lease = figures["lease_table"]
         scans += lease.get("scan", 0) * shards
         taker += figures["taker_rounds"] * shards
-        others += lease.get("get_item", 0) + figures["index_items"]
+        early += figures["early_reads"] + figures["index_items"]
+        others += lease.get("get_item", 0) - figures["early_reads"]
         reg_reads += figures["registry"].get("list_workers", 0)
         reg_writes += figures["registry"].get("report", 0)
         seconds += figures["seconds"]
@@ -209,6 +211,7 @@ def read_counts(tmp: str, shards: int) -> dict[str, float]:
         "lease_items_per_lease_hour": (scans + others) / lease_hours,
         "scan_items_per_lease_hour": scans / lease_hours,
         "taker_items_per_lease_hour": taker / lease_hours,
+        "early_items_per_lease_hour": early / lease_hours,
         "other_items_per_lease_hour": others / lease_hours,
         "registry_reads_per_worker_hour": reg_reads / worker_hours,
         "registry_writes_per_worker_hour": reg_writes / worker_hours,

@@ -89,6 +89,7 @@ async def _write_stats(consumer: Consumer, path: str) -> None:
             "registry": dict(getattr(consumer._worker_registry, "calls", {})),
             "taker_rounds": worker.coordinator.taking.rounds if worker is not None else 0,
             "index_items": early.index_reads if early is not None else 0,
+            "early_reads": early.lease_reads if early is not None else 0,
             "early_takes": early.early_takes if early is not None else 0,
             "silences": early.silences if early is not None else 0,
         }
