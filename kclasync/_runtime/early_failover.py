@@ -12,7 +12,8 @@ those the plan left to others are planned again a few times (``after_early_take`
 
 A worker that left the registry (a graceful stop deletes its entry after releasing its leases)
 wakes the taker, so released leases are taken at once rather than at the next periodic scan;
-so do expired leases that no plan of this worker's took in a few rounds.
+so do expired leases that no plan of this worker's took in a few rounds, and a follower whose
+reads failed.
 
 Owns: the heartbeat loop, the followers and their counters (for the benchmarks and the
 simulation report). Must not: judge expiry or choose leases itself (``_core``), renew or
@@ -115,6 +116,8 @@ class EarlyFailover:
             await self._follow_leases(owner)
         except (AdapterError, CorruptLeaseError) as exc:
             log.info("following the leases of silent worker %s failed: %s", owner, exc)
+            if self._wake_taker is not None:
+                self._wake_taker()  # a full taking round instead, not the next period's
         finally:
             self._following.discard(owner)
 
