@@ -134,8 +134,9 @@ class ConsumerConfig:
         metadata=_meta("s", kcl="gracefulLeaseHandoffTimeoutMillis"),
     )
     #: A worker whose registry entry (``lut`` in ``<app>-WorkerMetricStats``, whole seconds,
-    #: written every renewer interval) stood still this long no longer counts as live. Must
-    #: exceed the renewer interval + 1 s (None: the failover time + 1 s).
+    #: written every renewer interval, or every heartbeat with ``early_failover``) stood still
+    #: this long no longer counts as live. Must exceed the renewer interval + 1 s (None: the
+    #: failover time + 1 s).
     worker_timeout: float | None = attrs.field(
         default=None, validator=_optional_positive, metadata=_meta("s")
     )
