@@ -1,9 +1,10 @@
 """The lease coordinator: the leases this worker holds, renewed, fenced, handed over, released.
 
 Owns: the held leases, their local counters and renewal times, the renewer loop, fenced writes
-(checkpoints, childShardIds) and releases. Handoff steps are ``lease_handoffs``'s; taking
-rounds (``lease_taking``) and early failover (``early_failover``) feed ``held``. Decisions come
-from ``kclasync._core`` (``held_lease``, ``lease_taker``, ``expiry``); this only applies them.
+(checkpoints, childShardIds) and releases. The steps of graceful handoffs are
+``lease_handoffs``'s; taking rounds are ``lease_taking``'s and feed ``held``. Decisions (what is
+expired, what to take, what a refused write means, when a handoff times out) come from
+``kclasync._core`` (``held_lease``, ``lease_taker``, ``expiry``); this module only applies them.
 Must not: read any clock but the event loop's, or touch stream records.
 """
 
