@@ -24,6 +24,7 @@ from kclasync._config_fields import (
 from kclasync._core.kcl3_decider import Kcl3Settings
 from kclasync._core.load_balancer import BalancerSettings
 from kclasync._core.position import InitialPosition
+from kclasync._core.worker_silence import default_heartbeat_interval
 from kclasync.errors import ConfigError
 
 #: The enums are defined with the field checks; users and the runtime import them from here.
@@ -139,8 +140,9 @@ class ConsumerConfig:
         metadata=_meta("s", kcl="gracefulLeaseHandoffTimeoutMillis"),
     )
     #: A worker whose registry entry (``lut`` in ``<app>-WorkerMetricStats``, whole seconds,
-    #: written every renewer interval) stood still this long no longer counts as live. Must
-    #: exceed the renewer interval + 1 s (None: the failover time + 1 s).
+    #: written every renewer interval, or every heartbeat with ``early_failover``) stood still
+    #: this long no longer counts as live. Must exceed the renewer interval + 1 s (None: the
+    #: failover time + 1 s).
     worker_timeout: float | None = attrs.field(
         default=None, validator=_optional_positive, metadata=_meta("s")
     )
@@ -220,10 +222,23 @@ class ConsumerConfig:
     buffered_handler_checkpoints: bool = attrs.field(
         default=False, validator=_flag, metadata=_meta("")
     )
-    #: How often the taker scans the table. None: failover + epsilon, so that a dead worker's
-    #: leases are taken within about 2 x failover (the Java KCL scans every 2 x (failover +
-    #: epsilon), which can take up to 4 x failover; set that value to match it exactly).
+    #: How often the taker scans the table. None: the Java KCL's 2 x (failover + epsilon) with
+    #: ``early_failover`` (a dead worker's leases are found through the worker registry), and
+    #: failover + epsilon without it (a dead worker's leases are then taken within about
+    #: 2 x failover; the KCL's period can take up to 4 x failover).
     lease_taker_interval: float | None = attrs.field(
+        default=None, validator=_optional_positive, metadata=_meta("s")
+    )
+    #: Kcl2 and balanced takers: every worker heartbeats its registry entry every
+    #: ``worker_heartbeat_interval`` and reads the registry as often; a worker whose heartbeat
+    #: stops is noticed within about two periods, its leases are read at once and taken when
+    #: they expire (the expiry rule is unchanged: counter unchanged for the failover time, on
+    #: this worker's clock). Failover then takes about failover + 2 heartbeat periods. Off:
+    #: the entry is written with each renewal round and dead workers are found by the scans.
+    early_failover: bool = attrs.field(default=True, validator=_flag, metadata=_meta(""))
+    #: With ``early_failover``: how often this worker writes its registry entry and reads the
+    #: registry (one write and one small scan each). None: failover / 20, at least 0.5 s.
+    worker_heartbeat_interval: float | None = attrs.field(
         default=None, validator=_optional_positive, metadata=_meta("s")
     )
     #: Delete a lease at SHARD_END once every child lease exists and has started (see
@@ -388,7 +403,20 @@ class ConsumerConfig:
 
     @property
     def taker_interval(self) -> float:
-        """How often the taker scans and takes (``lease_taker_interval`` or failover + epsilon)."""
+        """How often the taker scans and takes: ``lease_taker_interval``, else the KCL's
+        2 x (failover + epsilon) with early failover and failover + epsilon without."""
         if self.lease_taker_interval is not None:
             return self.lease_taker_interval
+        if self.effective_heartbeat_interval is not None:
+            return 2 * (self.failover_time + self.epsilon)
         return self.failover_time + self.epsilon
+
+    @property
+    def effective_heartbeat_interval(self) -> float | None:
+        """The registry heartbeat period of early failover; None when it is off (also in the
+        leader-based modes, where the leader assigns what a dead worker held)."""
+        if not self.early_failover or self.lease_taker.leader_based:
+            return None
+        if self.worker_heartbeat_interval is not None:
+            return self.worker_heartbeat_interval
+        return default_heartbeat_interval(self.failover_time)

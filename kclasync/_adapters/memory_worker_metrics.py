@@ -31,7 +31,9 @@ class MemoryWorkerMetrics:
         self.calls["report"] += 1
         item = wm.encode_item(metrics)
         kept = dict(self.items.get(metrics.worker_id, {}))
-        kept.pop(wm.CAPACITY, None)  # as the DynamoDB update: REMOVE cap when there is none
+        # As the DynamoDB update: REMOVE cap and the heartbeat when the entry has none.
+        for name in (wm.CAPACITY, wm.HEARTBEAT, wm.HEARTBEAT_INTERVAL):
+            kept.pop(name, None)
         self.items[metrics.worker_id] = {**kept, **item}
 
     async def list_workers(self) -> wm.DecodedEntries:

@@ -53,13 +53,15 @@ class DynamoWorkerMetrics:
             fields.append(wm.CAPACITY)
         if wm.IMPLEMENTATION in item:
             fields.append(wm.IMPLEMENTATION)
+        fields.extend(f for f in (wm.HEARTBEAT, wm.HEARTBEAT_INTERVAL) if f in item)
         names = {f"#a{i}": f for i, f in enumerate(fields)}
         values = {f":a{i}": item[f] for i, f in enumerate(fields)}
         update = "SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(fields)))
-        if wm.CAPACITY not in item:
-            # A capacity from an earlier run of this worker id no longer holds.
-            names["#cap"] = wm.CAPACITY
-            update += " REMOVE #cap"
+        # A capacity or heartbeat period from an earlier run of this worker id no longer holds.
+        stale = [f for f in (wm.CAPACITY, wm.HEARTBEAT, wm.HEARTBEAT_INTERVAL) if f not in item]
+        if stale:
+            names.update({f"#r{i}": f for i, f in enumerate(stale)})
+            update += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(stale)))
         async with _mapped_errors("UpdateItem"):
             self._count("report")
             await self._client.update_item(

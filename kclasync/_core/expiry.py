@@ -57,6 +57,20 @@ class ExpiryTracker:
             seen.stamp = NEVER if lease.owner is None else now
             seen.since = now
 
+    def has_seen(self, lease: Lease) -> bool:
+        """Whether this worker last saw the lease with this counter and owner."""
+        seen = self._seen.get(lease.key)
+        return seen is not None and seen.counter == lease.counter and seen.owner == lease.owner
+
+    def subset(self, keys: Iterable[str]) -> ExpiryTracker:
+        """A tracker that remembers only these leases, exactly as this one does."""
+        copy = ExpiryTracker(self.failover_time)
+        for key in keys:
+            seen = self._seen.get(key)
+            if seen is not None:
+                copy._seen[key] = attrs.evolve(seen)
+        return copy
+
     def last_change(self, key: str) -> float | None:
         seen = self._seen.get(key)
         return None if seen is None else seen.stamp

@@ -19,6 +19,10 @@ The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against th
 ``cap``   N     kclasync only: the worker's capacity, KB/s it could process at 100 % CPU
 ``impl``  S     kclasync only: ``"kclasync"``. The KCL's reader maps known attributes and
                 ignores the rest; kclasync uses it to tell its own entries from Java ones
+``hb``    N     kclasync only: the heartbeat, a value that changes with every write (the
+                writer's wall-clock milliseconds; readers only compare it for change)
+``hbi``   N     kclasync only: the heartbeat period in milliseconds the writer keeps; an
+                entry with it is judged silent early (``core.worker_silence``)
 ========  ====  ===========================================================================
 
 ``cap`` is an extra top-level attribute: the KCL 3.x maps the item onto its own bean and ignores
@@ -53,6 +57,8 @@ SUPPORT_CODE = "sup"
 SUPPORT_LAST_UPDATE = "slu"
 CAPACITY = "cap"
 IMPLEMENTATION = "impl"
+HEARTBEAT = "hb"
+HEARTBEAT_INTERVAL = "hbi"
 #: The ``impl`` value of every entry a kclasync worker writes.
 KCLASYNC = "kclasync"
 
@@ -102,6 +108,11 @@ class WorkerMetrics:
     capacity_kbps: float | None = None
     #: ``"kclasync"`` on a kclasync worker's entry; None on the Java KCL's.
     implementation: str | None = None
+    #: kclasync's heartbeat (``hb``): changes with every write; only compared for change.
+    heartbeat: int | None = None
+    #: kclasync's heartbeat period (``hbi``) in seconds; None: the entry is written only with
+    #: the renewals (no early silence judgement).
+    heartbeat_interval: float | None = None
 
     def with_sample(
         self, metric: str, value: float, *, maximum: int = 100, keep: int = DEFAULT_SAMPLES_KEPT
@@ -188,7 +199,23 @@ def encode_item(metrics: WorkerMetrics) -> Item:
         item[CAPACITY] = {"N": _num(metrics.capacity_kbps)}
     if metrics.implementation is not None:
         item[IMPLEMENTATION] = {"S": metrics.implementation}
+    if metrics.heartbeat is not None and metrics.heartbeat_interval is not None:
+        item[HEARTBEAT] = {"N": str(int(metrics.heartbeat))}
+        item[HEARTBEAT_INTERVAL] = {"N": str(round(metrics.heartbeat_interval * 1000))}
     return item
+
+
+def _heartbeat(item: Item) -> tuple[int | None, float | None]:
+    """The advisory ``hb`` and ``hbi`` attributes (``hbi`` in seconds): both readable, with a
+    positive period, or neither (an entry without them is never judged silent early)."""
+    try:
+        beat = int(item[HEARTBEAT]["N"])
+        period = float(item[HEARTBEAT_INTERVAL]["N"]) / 1000
+    except (KeyError, TypeError, ValueError):
+        return None, None
+    if not math.isfinite(period) or period <= 0:
+        return None, None
+    return beat, period
 
 
 def _capacity(item: Item) -> float | None:
@@ -261,6 +288,7 @@ def decode_item(item: Item) -> WorkerMetrics:
     support_at = _number(item, SUPPORT_LAST_UPDATE, worker_id)
     impl_attr = item.get(IMPLEMENTATION)
     implementation = impl_attr.get("S") if isinstance(impl_attr, dict) else None
+    beat, period = _heartbeat(item)
     return WorkerMetrics(
         worker_id=worker_id,
         last_update=int(last_update),
@@ -273,6 +301,8 @@ def decode_item(item: Item) -> WorkerMetrics:
         support_last_update=None if support_at is None else int(support_at),
         capacity_kbps=_capacity(item),
         implementation=implementation if isinstance(implementation, str) else None,
+        heartbeat=beat,
+        heartbeat_interval=period,
     )
 
 

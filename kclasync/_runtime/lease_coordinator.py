@@ -82,6 +82,7 @@ class LeaseCoordinator:
         cpu_reader: CpuReader | None = None,
         max_cpu_percent: int = 100,
         capacity_kbps: float | None = None,
+        heartbeat_interval: float | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -105,6 +106,7 @@ class LeaseCoordinator:
             max_cpu_percent=max_cpu_percent,
             capacity_kbps=capacity_kbps,
             processed_kbps=self.processed_kbps,
+            heartbeat_interval=heartbeat_interval,
         )
         #: The steps of graceful handoffs, in both directions.
         self.handoffs = LeaseHandoffs(self)
@@ -396,5 +398,8 @@ class LeaseCoordinator:
     async def renewer_loop(self) -> None:
         while True:
             started = self.now()
-            await asyncio.gather(self.renew_all(), self.presence.report())
+            if self.presence.heartbeat_interval is None:
+                await asyncio.gather(self.renew_all(), self.presence.report())
+            else:  # the heartbeat loop writes the entry (``early_failover``)
+                await self.renew_all()
             await asyncio.sleep(max(0.0, self.renewer_interval - (self.now() - started)))

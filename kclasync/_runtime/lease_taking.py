@@ -141,6 +141,10 @@ class LeaseTaking:
         stolen = tuple(lease for lease in results[len(take) :] if lease is not None)
         return TakePlan(take=taken, steal=stolen)
 
+    async def take(self, lease: Lease) -> Lease | None:
+        """Take an available lease (conditional on its counter); None if that failed."""
+        return await self._take(lease, stolen=False)
+
     async def take_assigned(self, lease: Lease) -> bool:
         """Take a lease the leader assigned to this worker (leader-based modes)."""
         return await self._take(lease, stolen=False) is not None

@@ -35,6 +35,7 @@ from kclasync._core.lease_taker import LeaseTaker
 from kclasync._core.retry_policy import policy_table
 from kclasync._processor import ProcessorFactory
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment, assignment_tasks
+from kclasync._runtime.early_failover import EarlyFailover
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
@@ -217,6 +218,17 @@ class Worker:
             cpu_reader=cpu_reader,
             max_cpu_percent=cfg.max_cpu_percent,
             capacity_kbps=cfg.worker_capacity_kbps,
+            heartbeat_interval=cfg.effective_heartbeat_interval,
+        )
+        #: Heartbeats and the following of silent workers (``early_failover``), else None.
+        self.early_failover = (
+            EarlyFailover(
+                self.coordinator,
+                cfg.effective_heartbeat_interval,
+                wake_taker=self._taker_wake.set,
+            )
+            if cfg.effective_heartbeat_interval is not None
+            else None
         )
         self.elector = LeaderElector(
             store=locks,
@@ -301,7 +313,14 @@ class Worker:
         async with asyncio.TaskGroup() as pipelines:
             self.supervisor.attach(pipelines)
             async with asyncio.TaskGroup() as loops:
-                renewer = loops.create_task(self._watched(coordinator.renewer_loop), name="renewer")
+                renewer = [
+                    loops.create_task(self._watched(coordinator.renewer_loop), name="renewer")
+                ]
+                if self.early_failover is not None:
+                    # Heartbeats go on while the pipelines drain, as renewals do.
+                    renewer.append(
+                        loops.create_task(self._watched(self.early_failover.run), name="heartbeats")
+                    )
                 # Long enough for workers started together to see each other.
                 first_delay = (
                     min(cfg.renewer_interval, 1.0)
@@ -390,7 +409,7 @@ class Worker:
                 delay = min(delay * 2, cfg.max_backoff)
 
     async def _shutdown(
-        self, renewer: asyncio.Task[None], duties: list[asyncio.Task[None]]
+        self, renewer: list[asyncio.Task[None]], duties: list[asyncio.Task[None]]
     ) -> None:
         self.coordinator.taking.enabled = False
         self.supervisor.stopping = True
@@ -401,8 +420,9 @@ class Worker:
         await self.supervisor.drain()  # renewals go on meanwhile
         if self.fanout is not None:
             await self.fanout.close()  # deregisters, if configured to
-        renewer.cancel()
-        await asyncio.gather(renewer, return_exceptions=True)
+        for task in renewer:
+            task.cancel()
+        await asyncio.gather(*renewer, return_exceptions=True)
         await self.coordinator.presence.leave()
         await self.coordinator.presence.close()
         log.info("worker %s stopped", self.spec.worker_id)

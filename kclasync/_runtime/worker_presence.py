@@ -1,6 +1,7 @@
 """This worker's entry in the worker registry (``<app>-WorkerMetricStats``) and the live set.
 
-Owns: writing this worker's entry each report period (``lut`` from the injected wall clock: the
+Owns: writing this worker's entry each report period, and with early failover a heartbeat
+(``hb``, ``hbi``) every heartbeat period (``lut`` from the injected wall clock: the
 runtime's only wall-clock read, so a simulation passes its virtual clock), reading every entry
 for the taking rounds, sampling this worker's CPU each report (when a source exists; none
 means no CPU metric, as the Java worker does; CPU is also left out while a present Java
@@ -55,6 +56,7 @@ class WorkerPresence:
         max_cpu_percent: int = 100,
         capacity_kbps: float | None = None,
         processed_kbps: Callable[[], float] | None = None,
+        heartbeat_interval: float | None = None,
     ) -> None:
         self.registry = registry
         self.worker_id = worker_id
@@ -83,6 +85,12 @@ class WorkerPresence:
         self._fleet_read_at: float | None = None
         #: Whether the last entry written carried CPU (None before the first report).
         self.reporting_cpu: bool | None = None
+        #: Early failover: the heartbeat period written with every entry (``hbi``); None:
+        #: entries carry no heartbeat.
+        self.heartbeat_interval = heartbeat_interval
+        self._beat = 0
+        #: The entry as last written (a heartbeat re-writes it with a new ``lut`` and ``hb``).
+        self._written: WorkerMetrics | None = None
 
     async def _cpu_sample(self) -> float:
         """This period's CPU utilisation in percent; the failure marker -1 when the source
@@ -150,14 +158,43 @@ class WorkerPresence:
         if self.cpu is not None:
             await self.cpu.close()
 
+    def _with_heartbeat(self, entry: WorkerMetrics, now: float) -> WorkerMetrics:
+        if self.heartbeat_interval is None:
+            return entry
+        # Changes with every write (readers only compare it), even within one millisecond.
+        self._beat = max(self._beat + 1, int(now * 1000))
+        return attrs.evolve(entry, heartbeat=self._beat, heartbeat_interval=self.heartbeat_interval)
+
     async def report(self) -> None:
         """Write this worker's entry; a failure is logged and retried at the next period."""
         try:
-            await self.registry.report(await self.entry())
+            entry = self._with_heartbeat(await self.entry(), self._wall_clock())
+            await self.registry.report(entry)
         except AdapterError as exc:
             log.info("worker registry report failed: %s", exc)
             return
+        self._written = entry
         self.reports += 1
+
+    async def beat(self) -> None:
+        """A heartbeat: the entry as last written, with a new ``lut`` and ``hb`` (no new
+        samples; the first one is a full report). Failures are logged, as for reports."""
+        if self._written is None:
+            await self.report()
+            return
+        now = self._wall_clock()
+        entry = self._with_heartbeat(self._written.reported_at(now), now)
+        try:
+            await self.registry.report(entry)
+        except AdapterError as exc:
+            log.info("worker registry heartbeat failed: %s", exc)
+            return
+        self._written = entry
+        self.reports += 1
+
+    async def read_registry(self) -> tuple[WorkerMetrics, ...]:
+        """Every readable entry (unreadable ones logged once and counted)."""
+        return await self._read_fleet(self._wall_clock())
 
     async def live_workers(self, now: float) -> frozenset[str]:
         """Read the registry and return the workers whose ``lut`` changed within the worker

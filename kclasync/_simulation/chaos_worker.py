@@ -59,15 +59,51 @@ async def _main(args: argparse.Namespace) -> None:
             parent_shard_poll_interval=0.5,
             shutdown_timeout=10.0,
             worker_id=args.worker_id,
+            early_failover=not args.no_early_failover,
         ),
         client_options=LocalAws(args.endpoint_url, args.kinesis_endpoint_url).client_options(),
     )
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(consumer.stop()))
+    stats = loop.create_task(_write_stats(consumer, args.stats)) if args.stats else None
     try:
         await consumer.run()
     finally:
         os.close(fd)
+        if stats is not None:
+            stats.cancel()
+
+
+async def _write_stats(consumer: Consumer, path: str) -> None:
+    """Every second, replace ``path`` with this process's table calls so far (JSON), for the
+    failover benchmark's read counts; a SIGKILL loses at most the last second."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        await asyncio.sleep(1.0)
+        worker = consumer._worker
+        early = worker.early_failover if worker is not None else None
+        figures = {
+            "seconds": loop.time() - started,
+            "lease_table": dict(getattr(consumer._store, "calls", {})),
+            "registry": dict(getattr(consumer._worker_registry, "calls", {})),
+            "taker_rounds": worker.coordinator.taking.rounds if worker is not None else 0,
+            "index_items": early.index_reads if early is not None else 0,
+            "early_reads": early.lease_reads if early is not None else 0,
+            "early_takes": early.early_takes if early is not None else 0,
+            "silences": early.silences if early is not None else 0,
+        }
+        _replace_file(path, orjson.dumps(figures))
+
+
+def _replace_file(path: str, data: bytes) -> None:
+    """Write ``path`` whole (a tiny local file: a write and a rename, no waiting on I/O)."""
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -79,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--failover", type=float, default=2.0)
     p.add_argument("--log-warnings", action="store_true", help="log warnings to stderr")
+    p.add_argument("--stats", help="write table call counts to this file every second")
+    p.add_argument(
+        "--no-early-failover", action="store_true", help="early_failover=False (the scans only)"
+    )
     asyncio.run(_main(p.parse_args(argv)))
 
 

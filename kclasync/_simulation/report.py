@@ -88,6 +88,9 @@ class SimulationReport:
     runtime_errors: Mapping[str, int]
     #: Every failover time measured, in units of ``failover_time`` (for sweeps to pool).
     failover_samples: tuple[float, ...] = ()
+    #: Lease items read per lease-hour: items of full scans and of the owner index, and
+    #: single-lease reads (the capacity a table pays for).
+    lease_items_read_per_lease_hour: float = 0.0
 
     @property
     def violation_count(self) -> int:
@@ -156,6 +159,9 @@ class SimulationReport:
             workers_started=len(sim.workers),
             runtime_errors=dict(sorted(errors.items())),
             failover_samples=tuple(t / f for t in checker.failover_times),
+            lease_items_read_per_lease_hour=(table.items_scanned + table.reads["get_lease"])
+            / mean_leases
+            / hours,
         )
 
 

@@ -46,6 +46,8 @@ class SimulationSettings:
     max_records: int = 1000
     #: After the faults stop: give up on balance and drain after this many taker periods.
     settle_rounds: int = 150
+    #: The workers' ``early_failover`` (registry heartbeats; scans at the KCL's period).
+    early_failover: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.workers < 1 or self.shards < 1:
@@ -78,6 +80,7 @@ class SimulationSettings:
             # Leader-based modes: a lock that fails over within a few failover times.
             leader_lock_duration=3 * f,
             leader_heartbeat_interval=f / 2,
+            early_failover=self.early_failover,
         )
 
     @property

@@ -3,7 +3,8 @@
 Owns: running a range of seeds (``sweep``) with ``jobs`` processes, and the pooled result
 (``SweepSummary``): runs with invariant violations, runtime errors (ERROR records logged by the
 workers, which include unexpected exceptions), the failover distribution over every failover
-of every seed (median, p99, max), duplicates by cause, and the CPU seconds spent.
+of every seed (median, p90, p99, max), lease items read per lease-hour, duplicates by cause,
+and the CPU seconds spent.
 Must not: run a simulation itself (``harness``) or decide what passes (its callers do).
 """
 
@@ -35,6 +36,7 @@ class SeedResult:
     failovers_pending: int
     duplicate_kinds: Mapping[str, int]
     cpu_seconds: float
+    lease_items_read_per_lease_hour: float = 0.0
 
 
 def run_seed(settings: SimulationSettings, wall_limit: float | None = None) -> SeedResult:
@@ -52,6 +54,7 @@ def run_seed(settings: SimulationSettings, wall_limit: float | None = None) -> S
         failovers_pending=report.failovers_pending,
         duplicate_kinds=dict(report.duplicate_kinds),
         cpu_seconds=time.process_time() - cpu,
+        lease_items_read_per_lease_hour=report.lease_items_read_per_lease_hour,
     )
 
 
@@ -131,7 +134,9 @@ class SweepSummary:
     def format(self) -> str:
         s = self.settings
         med, p99, worst = self.failover_stats()
+        p90 = percentile(self.failovers, 90)
         worst_seed = self.worst()
+        reads = [r.lease_items_read_per_lease_hour for r in self.results]
 
         def num(v: float | None) -> str:
             return "n/a" if v is None else f"{v:.2f}"
@@ -146,8 +151,10 @@ class SweepSummary:
             f"runtime errors: {sum(self.runtime_errors.values())}",
             *(f"  {n} x {msg}" for msg, n in self.runtime_errors.most_common(10)),
             f"failover (x failover time) over {len(self.failovers)} failovers: "
-            f"median {num(med)}, p99 {num(p99)}, max {num(worst)}"
+            f"median {num(med)}, p90 {num(p90)}, p99 {num(p99)}, max {num(worst)}"
             + (f" (seed {worst_seed[0]})" if worst_seed else ""),
+            "lease items read per lease-hour (scans, owner index, single reads), mean over "
+            f"seeds: {statistics.fmean(reads) if reads else 0:.0f}",
             f"failovers never completed: {sum(r.failovers_pending for r in self.results)}",
             "duplicates by cause: "
             + (", ".join(f"{k} {v}" for k, v in sorted(self.duplicate_kinds.items())) or "none"),

@@ -1,8 +1,9 @@
 """A simulated worker: an unmodified ``Consumer`` whose adapters and processor are instrumented.
 
-Owns: ``SimWorker`` (the pause gate), ``SimLeaseStore`` and ``SimStreamClient`` (the in-memory
-adapters, gated by the pause and reporting every applied lease write to the invariant checker)
-and ``SimProcessor`` (records each batch, takes simulated time, checkpoints periodically).
+Owns: ``SimWorker`` (the pause gate), ``SimLeaseStore``, ``SimWorkerRegistry`` and
+``SimStreamClient`` (the in-memory adapters, gated by the pause and reporting every applied
+lease write to the invariant checker) and ``SimProcessor`` (records each batch, takes
+simulated time, checkpoints periodically).
 Must not: re-implement any part of the runtime, or know how the fleet is run (``WorkerHost`` is
 all it sees of the simulation).
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kclasync._adapters.memory import (
     FaultPlan,
@@ -21,10 +22,12 @@ from kclasync._adapters.memory import (
     MemoryStream,
     MemoryStreamClient,
 )
+from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._adapters.protocols import GetRecordsResult, ShardFilter, StartingPosition
 from kclasync._consumer import Consumer
 from kclasync._core.lease import Lease
 from kclasync._core.shard import Shard
+from kclasync._core.worker_metrics import DecodedEntries, WorkerMetrics
 from kclasync._processor import Checkpointer, ShardInfo
 from kclasync._records import Record
 from kclasync._simulation.invariants import InvariantChecker
@@ -84,6 +87,24 @@ class SimWorker:
         return SimProcessor(self)
 
 
+class SimWorkerRegistry(MemoryWorkerMetrics):
+    """A worker's view of the shared worker registry, gated by its pause."""
+
+    def __init__(self, items: dict[str, dict[str, Any]], worker: SimWorker) -> None:
+        super().__init__(items)
+        self.worker = worker
+
+    async def report(self, metrics: WorkerMetrics) -> None:
+        await self.worker.gate()
+        await super().report(metrics)
+
+    async def list_workers(self) -> DecodedEntries:
+        await self.worker.gate()
+        result = await super().list_workers()
+        await self.worker.gate()
+        return result
+
+
 class SimLeaseStore(MemoryLeaseStore):
     """A worker's view of the shared table: gated by its pause, and observed by the checker."""
 
@@ -106,6 +127,10 @@ class SimLeaseStore(MemoryLeaseStore):
             _SENT.reset(token)
         await self.worker.gate()
         return result
+
+    def worker_registry(self) -> MemoryWorkerMetrics:
+        """The shared registry, gated by the pause too: a paused worker writes nothing."""
+        return SimWorkerRegistry(self.table.worker_metrics.items, self.worker)
 
     def _store(self, lease: Lease) -> Lease:
         old = self.table.leases.get(lease.key)

@@ -29,4 +29,7 @@ def test_leader_based_modes_keep_the_invariants(taker: str, seed: int) -> None:
 def test_balanced_taker_scans_on_every_worker() -> None:
     report = run_simulation(attrs.evolve(SMALL, taker="balanced"), wall_limit=60)
     assert report.violation_count == 0, format_report(report)
-    assert "read:lease_keys_of" not in report.lease_table_ops
+    ops = report.lease_table_ops
+    # Every worker scans; the owner index is only read by early failover, once per worker
+    # noticed silent (crashes and pauses), far less often than the scans.
+    assert ops.get("read:lease_keys_of", 0) < ops["read:list_leases"] / 3, format_report(report)

@@ -1,0 +1,252 @@
+"""Early failover: noticing that a worker stopped heartbeating, and judging its leases early.
+
+A dead worker's lease is taken once its counter has stood still for the failover time *as this
+worker observed it* (``core.expiry``; the KCL's rule, unchanged here). With only periodic
+scans, the clock of a dead worker's final counter starts at the first scan after the crash.
+Workers that heartbeat their registry entry often (``hb``/``hbi`` in
+``<app>-WorkerMetricStats``, ``core.worker_metrics``) let the others learn within a few
+heartbeat periods that one stopped; they then read that worker's leases at once, which starts
+the clocks of the final counters early, and check each lease again when it is due to expire.
+
+Three decisions, each used unchanged by the runtime (``_runtime/early_failover.py``) and the
+simulation:
+
+* ``watch_heartbeats``: from the previous view of the registry, the entries just read and the
+  local time, which workers just went silent (and which left the registry: a graceful stop
+  removes the entry after releasing the leases, so a taking round then finds them unowned).
+  A heartbeat is only ever compared for change,
+  and the time it stood still is measured on the local clock from this worker's first read of
+  its current value: remote timestamps are never compared with the local clock.
+* ``judge_silent_leases``: feeds leases read one by one into the expiry tracker exactly as a
+  scan would (a changed counter restarts that lease's clock; an unchanged one keeps its
+  earlier first-seen time) and says which are expired now, which to check again and when, and
+  which to leave alone (another owner now, or, at a re-check, the owner came back: its counter
+  moved).
+* ``early_take_view``: the taker's view for taking those expired leases through the normal
+  planners (``Kcl2LeaseTaker``, ``BalancedLeaseTaker``) with their limits: the leases just read,
+  this worker's own, and the other live owners' leases from the last scan, counted as held.
+  ``after_early_take``: the expired leases the plan left (another worker's share, or a race
+  lost) are read and planned again a few times, a heartbeat period apart.
+
+Owns: those decisions and the default heartbeat period. Must not: do I/O, read clocks (``now``
+is passed in) or draw randomness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+import attrs
+
+from kclasync._core.expiry import ExpiryTracker
+from kclasync._core.lease import Lease
+from kclasync._core.lease_taker import TakeView
+from kclasync._core.worker_metrics import WorkerMetrics
+
+#: The default heartbeat period is the failover time over this ...
+HEARTBEAT_DIVISOR = 20
+#: ... but never below this many seconds (a write and a registry read per period and worker).
+HEARTBEAT_FLOOR = 0.5
+#: A heartbeat that has not changed for its period x (1 + this), on the reader's clock, is
+#: silent: a write may come up to a whole period late before the reader says so (a loaded
+#: host delays writes; a false alarm costs reads of that worker's leases).
+SILENCE_MARGIN = 1.0
+#: Readers read the registry this many times per heartbeat period, so that a silence is seen
+#: about one period after the threshold at most.
+READS_PER_PERIOD = 2
+#: ``is_expired`` is strict (idle > failover): a re-check is due this much after the failover.
+RECHECK_SLACK = 0.001
+
+
+def default_heartbeat_interval(failover_time: float) -> float:
+    """The heartbeat period when none is configured: failover / 20, at least 0.5 s."""
+    return max(HEARTBEAT_FLOOR, failover_time / HEARTBEAT_DIVISOR)
+
+
+@attrs.frozen
+class Beat:
+    """One worker's heartbeat as this worker last read it."""
+
+    value: int
+    #: The writer's heartbeat period (``hbi``), seconds.
+    interval: float
+    #: Local time of this worker's first read of ``value``.
+    since: float
+    #: Already reported silent (a silence is reported once, until the heartbeat moves again).
+    silent: bool = False
+
+
+@attrs.frozen
+class HeartbeatView:
+    """What this worker knows of the other workers' heartbeats."""
+
+    beats: Mapping[str, Beat] = attrs.field(factory=dict)
+
+    def silent_workers(self) -> frozenset[str]:
+        return frozenset(w for w, beat in self.beats.items() if beat.silent)
+
+
+def is_silent(beat: Beat, now: float) -> bool:
+    """Whether a heartbeat stood still for longer than its period plus the margin."""
+    return now - beat.since > beat.interval * (1 + SILENCE_MARGIN)
+
+
+@attrs.frozen
+class HeartbeatChange:
+    """What a read of the registry showed."""
+
+    view: HeartbeatView
+    #: Workers that just went silent: read their leases now.
+    silent: frozenset[str] = frozenset()
+    #: Watched workers whose entry is gone (a graceful stop deletes it after releasing its
+    #: leases): a taking round now finds those leases unowned.
+    left: frozenset[str] = frozenset()
+
+
+def watch_heartbeats(
+    previous: HeartbeatView,
+    entries: Iterable[WorkerMetrics],
+    me: str,
+    now: float,
+    *,
+    sent: float | None = None,
+) -> HeartbeatChange:
+    """Fold a read of the registry into the view; return the new view, the workers that just
+    went silent and those that left. The read was sent at ``sent`` (default ``now``) and
+    answered at ``now``: a new value is stamped with ``now`` (it was written before then) and
+    silence is measured up to ``sent`` (nothing new was visible then), so a slow read or a
+    stalled server never makes a heartbeat look silent. Entries without a heartbeat period
+    (Java workers, kclasync workers reporting only with their renewals) and this worker's own
+    are not watched; a worker that left the registry is forgotten."""
+    asked = now if sent is None else sent
+    beats: dict[str, Beat] = {}
+    newly: set[str] = set()
+    for entry in entries:
+        if entry.worker_id == me or entry.heartbeat is None or entry.heartbeat_interval is None:
+            continue
+        old = previous.beats.get(entry.worker_id)
+        if old is None or old.value != entry.heartbeat:
+            beats[entry.worker_id] = Beat(entry.heartbeat, entry.heartbeat_interval, now)
+            continue
+        beat = attrs.evolve(old, interval=entry.heartbeat_interval)
+        if not beat.silent and is_silent(beat, asked):
+            beat = attrs.evolve(beat, silent=True)
+            newly.add(entry.worker_id)
+        beats[entry.worker_id] = beat
+    left = frozenset(previous.beats) - frozenset(beats) - {me}
+    return HeartbeatChange(HeartbeatView(beats), frozenset(newly), left)
+
+
+@attrs.frozen
+class SilentLeaseCheck:
+    """What to do with the leases of a silent worker after reading them."""
+
+    #: Still the silent worker's, counter unchanged for the failover time: take them now
+    #: (through the taker's plan).
+    expired: tuple[Lease, ...] = ()
+    #: Still the silent worker's, not expired yet: read again at ``recheck_at``.
+    waiting: tuple[str, ...] = ()
+    recheck_at: float | None = None
+    #: Expired, but no plan of this worker's took them in ``RETAKE_ROUNDS`` rounds (the plans
+    #: of workers that saw different tables disagreed): a full taking round settles them.
+    unplanned: tuple[str, ...] = ()
+
+
+def judge_silent_leases(
+    tracker: ExpiryTracker,
+    owner: str,
+    leases: Iterable[Lease | None],
+    now: float,
+    *,
+    recheck: bool,
+) -> SilentLeaseCheck:
+    """Observe ``leases`` (read at ``now``; None for a deleted one) of the silent ``owner`` and
+    decide. On the first look after the silence (``recheck`` False) a changed counter only
+    restarts that lease's clock (the owner renewed before it stopped); at a re-check (``recheck``
+    True) it means the owner came back, and the lease is left alone. A lease that names
+    another owner now is left alone either way (someone took it, or it was released)."""
+    expired: list[Lease] = []
+    waiting: list[str] = []
+    due: list[float] = []
+    for lease in leases:
+        if lease is None:
+            continue
+        unchanged = tracker.has_seen(lease)
+        tracker.observe_one(lease, now)
+        if lease.owner != owner or (recheck and not unchanged):
+            continue
+        if tracker.is_expired(lease, now):
+            expired.append(lease)
+            continue
+        stamp = tracker.last_change(lease.key)
+        assert stamp is not None  # observed just now
+        waiting.append(lease.key)
+        due.append(stamp + tracker.failover_time + RECHECK_SLACK)
+    return SilentLeaseCheck(
+        expired=tuple(expired),
+        waiting=tuple(waiting),
+        recheck_at=min(due) if due else None,
+    )
+
+
+#: Expired leases of a silent worker that this worker's plan left to others (or that another
+#: worker's take raced) are read and planned again this many times, a heartbeat period apart:
+#: workers planning independently may both pick the same lease and leave another one.
+RETAKE_ROUNDS = 3
+
+
+def after_early_take(
+    check: SilentLeaseCheck, taken: Collection[str], now: float, delay: float, rounds_left: int
+) -> SilentLeaseCheck:
+    """What to read again after taking ``taken`` of ``check.expired``: the expired leases not
+    taken by this worker, ``delay`` from now (while ``rounds_left``), and the waiting ones."""
+    left = tuple(lease.key for lease in check.expired if lease.key not in taken)
+    if not left or rounds_left <= 0:
+        return SilentLeaseCheck(waiting=check.waiting, recheck_at=check.recheck_at, unplanned=left)
+    due = now + delay if check.recheck_at is None else min(check.recheck_at, now + delay)
+    return SilentLeaseCheck(waiting=(*check.waiting, *left), recheck_at=due)
+
+
+def early_take_view(
+    *,
+    worker_id: str,
+    expired: Sequence[Lease],
+    held: Sequence[Lease],
+    last_scan: Sequence[Lease],
+    silent: Collection[str],
+    tracker: ExpiryTracker,
+    now: float,
+    live_workers: frozenset[str],
+    max_leases_for_worker: int | None,
+    max_leases_to_steal: int | None,
+) -> TakeView:
+    """The view a taker plans an early take with. Only ``expired`` (just read, and expired by
+    the unchanged rule) can come out as available: ``held`` (this worker's leases as it holds
+    them) and the last scan's leases of the other owners that are not silent count as held
+    (they were not read now, so nothing says they expired), with their expiry judged from a
+    tracker that knows only the expired leases' true stamps. Unowned leases of the last scan
+    and the silent workers' other leases are left out: the periodic round handles them."""
+    view_tracker = tracker.subset(lease.key for lease in expired)
+    fresh = {lease.key for lease in expired}
+    mine = {lease.key for lease in held}
+    leases: list[Lease] = list(expired)
+    for lease in held:
+        if lease.key not in fresh:
+            leases.append(lease)
+            view_tracker.observe_one(lease, now)
+    for lease in last_scan:
+        if lease.key in fresh or lease.key in mine or lease.owner is None:
+            continue
+        if lease.owner == worker_id or lease.owner in silent:
+            continue
+        leases.append(lease)
+        view_tracker.observe_one(lease, now)
+    return TakeView(
+        worker_id=worker_id,
+        leases=leases,
+        now=now,
+        expiry=view_tracker,
+        max_leases_for_worker=max_leases_for_worker,
+        max_leases_to_steal=max_leases_to_steal,
+        live_workers=live_workers - frozenset(silent),
+    )

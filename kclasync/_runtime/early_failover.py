@@ -1,0 +1,187 @@
+"""Early failover: heartbeats in the worker registry, and following the workers that go silent.
+
+Every heartbeat period this worker re-writes its registry entry (a full report with a CPU sample
+once per renewer period, a plain heartbeat otherwise), and twice per period it reads the
+registry (``READS_PER_PERIOD``). For each worker
+that just went silent (``core.worker_silence.watch_heartbeats``) a follower task reads that
+worker's leases at once (the owner index, and the leases it held in the last scan, each read
+strongly), feeds them to the taker's expiry tracker as a scan would, and reads the ones still
+the silent worker's again when they are due to expire (``judge_silent_leases``). Expired ones
+are taken through the taker's own plan (``early_take_view``) and the normal conditional take;
+those the plan left to others are planned again a few times (``after_early_take``).
+
+A worker that left the registry (a graceful stop deletes its entry after releasing its leases)
+wakes the taker, so released leases are taken at once rather than at the next periodic scan;
+so do expired leases that no plan of this worker's took in a few rounds, and a follower whose
+reads failed.
+
+Owns: the heartbeat loop, the followers and their counters (for the benchmarks and the
+simulation report). Must not: judge expiry or choose leases itself (``_core``), renew or
+release, or read any clock but the coordinator's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.worker_silence import (
+    READS_PER_PERIOD,
+    RETAKE_ROUNDS,
+    HeartbeatView,
+    SilentLeaseCheck,
+    after_early_take,
+    early_take_view,
+    judge_silent_leases,
+    watch_heartbeats,
+)
+from kclasync.errors import AdapterError
+
+if TYPE_CHECKING:
+    from kclasync._runtime.lease_coordinator import LeaseCoordinator
+
+log = logging.getLogger("kclasync.leases")
+
+
+class EarlyFailover:
+    def __init__(
+        self,
+        holder: LeaseCoordinator,
+        interval: float,
+        wake_taker: Callable[[], None] | None = None,
+    ) -> None:
+        self._holder = holder
+        self._wake_taker = wake_taker
+        self.interval = interval
+        self.view = HeartbeatView()
+        #: Silent workers being followed, by id.
+        self._following: set[str] = set()
+        #: Counters: silences noticed, lease-table items read (keys from the owner index, and
+        #: strong reads of single leases), leases taken early, registry reads.
+        self.silences = 0
+        self.index_reads = 0
+        self.lease_reads = 0
+        self.early_takes = 0
+        self.registry_reads = 0
+
+    async def run(self) -> None:
+        """Heartbeat and watch forever, on two schedules (a slow registry read never delays a
+        heartbeat); followers run in this task's own group."""
+        async with asyncio.TaskGroup() as followers:
+            followers.create_task(self._heartbeats(), name="heartbeat-writes")
+            holder = self._holder
+            period = self.interval / READS_PER_PERIOD
+            while True:
+                started = holder.now()
+                await self._watch(followers)
+                await asyncio.sleep(max(0.0, period - (holder.now() - started)))
+
+    async def _heartbeats(self) -> None:
+        holder = self._holder
+        last_report: float | None = None
+        while True:
+            started = holder.now()
+            if last_report is None or started - last_report >= holder.renewer_interval:
+                last_report = started
+                await holder.presence.report()  # with a CPU sample
+            else:
+                await holder.presence.beat()
+            await asyncio.sleep(max(0.0, self.interval - (holder.now() - started)))
+
+    async def _watch(self, followers: asyncio.TaskGroup) -> None:
+        holder = self._holder
+        sent = holder.now()
+        try:
+            entries = await holder.presence.read_registry()
+        except AdapterError as exc:
+            log.info("reading the worker registry failed (keeping the last view): %s", exc)
+            return
+        self.registry_reads += 1
+        change = watch_heartbeats(self.view, entries, holder.worker_id, holder.now(), sent=sent)
+        self.view = change.view
+        if change.left and self._wake_taker is not None:
+            self._wake_taker()  # released leases: a taking round now, not at the next period
+        for worker in sorted(change.silent - self._following):
+            if not holder.taking.enabled:
+                break
+            self._following.add(worker)
+            self.silences += 1
+            followers.create_task(self._follow(worker), name=f"follow-{worker}")
+
+    async def _follow(self, owner: str) -> None:
+        try:
+            await self._follow_leases(owner)
+        except (AdapterError, CorruptLeaseError) as exc:
+            log.info("following the leases of silent worker %s failed: %s", owner, exc)
+            if self._wake_taker is not None:
+                self._wake_taker()  # a full taking round instead, not the next period's
+        finally:
+            self._following.discard(owner)
+
+    async def _follow_leases(self, owner: str) -> None:
+        holder = self._holder
+        taking = holder.taking
+        keys = set(await holder.store.lease_keys_of(owner))
+        self.index_reads += len(keys)
+        keys.update(lease.key for lease in taking.last_scan if lease.owner == owner)
+        log.info(
+            "worker %s stopped heartbeating; %s reads its %d lease(s)",
+            owner,
+            holder.worker_id,
+            len(keys),
+        )
+        check = judge_silent_leases(
+            taking.expiry, owner, await self._read(keys), holder.now(), recheck=False
+        )
+        rounds_left = RETAKE_ROUNDS
+        while True:
+            if check.expired:
+                taken = await self._take(check)
+                check = after_early_take(check, taken, holder.now(), self.interval, rounds_left)
+                rounds_left -= 1
+                if check.unplanned and self._wake_taker is not None:
+                    self._wake_taker()
+            if check.recheck_at is None or not taking.enabled:
+                return
+            await asyncio.sleep(max(0.0, check.recheck_at - holder.now()))
+            if owner not in self.view.silent_workers():
+                return  # it heartbeats again: its renewals keep its leases
+            check = judge_silent_leases(
+                taking.expiry, owner, await self._read(check.waiting), holder.now(), recheck=True
+            )
+
+    async def _read(self, keys: set[str] | tuple[str, ...]) -> list[Lease | None]:
+        ordered = sorted(keys)
+        self.lease_reads += len(ordered)
+        return list(await asyncio.gather(*(self._holder.store.get_lease(k) for k in ordered)))
+
+    async def _take(self, check: SilentLeaseCheck) -> set[str]:
+        """Take what the taker's plan chooses of the expired leases; the keys taken."""
+        holder = self._holder
+        taking = holder.taking
+        if not taking.enabled:
+            return set()
+        expired = [lease for lease in check.expired if not taking.is_excluded(lease.key)]
+        now = holder.now()
+        view = early_take_view(
+            worker_id=holder.worker_id,
+            expired=expired,
+            held=[held.lease for held in holder.held.values()],
+            last_scan=taking.last_scan,
+            silent=self.view.silent_workers(),
+            tracker=taking.expiry,
+            now=now,
+            live_workers=taking.live_workers,
+            max_leases_for_worker=taking.max_leases_for_worker,
+            max_leases_to_steal=taking.max_leases_to_steal,
+        )
+        plan = taking.taker.plan(view, taking.rng)
+        by_key = {lease.key: lease for lease in expired}
+        chosen = [by_key[lease.key] for lease in plan.take if lease.key in by_key]
+        results = await asyncio.gather(*(taking.take(lease) for lease in chosen))
+        taken = {lease.key for lease in results if lease is not None}
+        self.early_takes += len(taken)
+        return taken

@@ -1,0 +1,147 @@
+"""Early failover in the runtime, on the in-memory adapters and the virtual-time loop: a killed
+worker's leases are taken within about failover + two heartbeat periods while the periodic scans
+run at the Java KCL's period, and a worker silent in the registry but still renewing keeps its
+leases."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
+from kclasync._records import Record
+from tests.runtime.virtual import in_virtual_time
+from tests.support import wait_until
+
+STREAM = "s"
+FAILOVER = 10.0
+
+
+async def ignore(records: Sequence[Record]) -> None:
+    return None
+
+
+def consumer(
+    table: MemoryLeaseTable, client: MemoryStreamClient, name: str, **cfg: object
+) -> Consumer:
+    settings: dict[str, object] = {
+        "failover_time": FAILOVER,
+        "initial_position": "TRIM_HORIZON",
+        "idle_time_between_reads": 0.5,
+        "worker_id": name,
+        **cfg,
+    }
+    return Consumer(
+        stream_name=STREAM,
+        application_name="app",
+        processor=ignore,
+        config=ConsumerConfig(**settings),  # type: ignore[arg-type]
+        lease_store=MemoryLeaseStore(table),
+        stream_client=client,
+        registry=CollectorRegistry(),
+        rng=random.Random(name),
+    )
+
+
+def owners(table: MemoryLeaseTable) -> dict[str, str | None]:
+    return {key: lease.owner for key, lease in table.leases.items()}
+
+
+class Fleet:
+    """Workers on one in-memory table and stream, each run as a task."""
+
+    def __init__(self, **cfg: object) -> None:
+        self.client = MemoryStreamClient()
+        self.client.create_stream(STREAM, 4)
+        self.table = MemoryLeaseTable()
+        self.cfg = cfg
+        self.consumers: dict[str, Consumer] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    def start(self, name: str) -> Consumer:
+        c = consumer(self.table, self.client, name, **self.cfg)
+        self.consumers[name] = c
+        self.tasks[name] = asyncio.create_task(c.run())
+        return c
+
+    async def kill(self, name: str) -> None:
+        """An abrupt stop (as SIGKILL): no release, no registry leave."""
+        task = self.tasks.pop(name)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def both_hold(self) -> None:
+        await wait_until(
+            lambda: len(self.table.leases) == 4 and set(owners(self.table).values()) == {"a", "b"},
+            20 * FAILOVER,
+            "both workers holding leases",
+        )
+
+    async def close(self) -> None:
+        for name in list(self.tasks):
+            await self.kill(name)
+
+
+@in_virtual_time
+async def test_a_killed_workers_leases_are_taken_within_1_2x_with_scans_at_the_kcl_period() -> None:
+    loop = asyncio.get_running_loop()
+    fleet = Fleet()
+    a = fleet.start("a")
+    fleet.start("b")
+    await fleet.both_hold()
+    worker = a._worker
+    assert worker is not None and worker.early_failover is not None
+    # The periodic scan is back at the KCL 2.x period.
+    assert worker.coordinator.taking.interval == 2 * (FAILOVER + 0.025)
+    rng = random.Random(3)
+    times: list[float] = []
+    for _ in range(4):
+        await asyncio.sleep(rng.uniform(0, FAILOVER))
+        killed = loop.time()
+        await fleet.kill("b")
+        await wait_until(
+            lambda: set(owners(fleet.table).values()) == {"a"}, 5 * FAILOVER, "a owning all"
+        )
+        times.append(loop.time() - killed)
+        fleet.start("b")  # back with the same id: takes its share again
+        await fleet.both_hold()
+    # Every lease came through the early path, not a periodic scan.
+    assert worker.early_failover.early_takes >= 4
+    # failover + detection (two heartbeat periods of 0.5 s after the last heartbeat, plus up
+    # to a read period) + the reads: within 1.2 x. (Less than the failover time when a had
+    # read the final counter before the kill.)
+    assert max(times) < 1.2 * FAILOVER, times
+    await fleet.close()
+
+
+@in_virtual_time
+async def test_a_worker_silent_in_the_registry_but_renewing_keeps_its_leases() -> None:
+    """The registry is only a hint: b stops heartbeating but goes on renewing; a reads b's
+    leases, checks them when due, sees their counters moved and takes nothing."""
+    loop = asyncio.get_running_loop()
+    fleet = Fleet()
+    a, b = fleet.start("a"), fleet.start("b")
+    await fleet.both_hold()
+    assert a._worker is not None and b._worker is not None
+    early = a._worker.early_failover
+    assert early is not None
+    b_leases = sorted(k for k, owner in owners(fleet.table).items() if owner == "b")
+
+    async def no_write(*args: object) -> None:
+        return None
+
+    b._worker.coordinator.presence.registry.report = no_write  # type: ignore[method-assign]
+    silent_from = loop.time()
+    await wait_until(lambda: early.silences >= 1, 5 * FAILOVER, "a noticing b's silence")
+    assert loop.time() - silent_from < 2.0  # a few heartbeat periods
+    reads = early.lease_reads
+    # Past the check at the predicted expiry, and past a periodic scan: b keeps its leases.
+    await asyncio.sleep(3 * FAILOVER)
+    assert early.lease_reads > reads  # the check at the predicted expiry read them again
+    assert sorted(k for k, owner in owners(fleet.table).items() if owner == "b") == b_leases
+    assert early.early_takes == 0
+    await fleet.close()
