@@ -25,7 +25,7 @@ import attrs
 
 from kclasync._core.lease import Lease
 from kclasync._core.shard import HashRange
-from kclasync._core.shard_lineage import parents_finished
+from kclasync._core.shard_end import parents_finished
 
 __all__ = [
     "CleanupTracker",

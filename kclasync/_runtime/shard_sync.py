@@ -25,11 +25,8 @@ from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease import Lease
 from kclasync._core.position import InitialPositionKind
 from kclasync._core.shard import Shard
-from kclasync._core.shard_lineage import (
-    LeaseKeyFn,
-    child_leases_at_shard_end,
-    plan_new_leases,
-)
+from kclasync._core.shard_end import LeaseKeyFn, child_leases_at_shard_end
+from kclasync._core.shard_lineage import plan_new_leases
 from kclasync._core.streams import StreamIdentity, parse_multi_stream_key
 from kclasync.errors import AdapterError, StreamNotFoundError
 

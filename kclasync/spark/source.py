@@ -5,7 +5,8 @@ batch on the driver (``kclasync.spark.offsets``), registering the stream consume
 query for enhanced fan-out, one input partition per shard read on the executors
 (``kclasync.spark.shard_task``), the progress records that make replays exact
 (``kclasync.spark.progress``), and the optional lease-table positions (``lease_sync``).
-Must not: hold lineage rules of its own (they come from ``kclasync._core.shard_lineage``).
+Must not: hold lineage rules of its own (they come from ``kclasync._core.shard_lineage`` and
+``shard_end``).
 
 Spark constructs the reader on the driver and again on the executors, so AWS clients are made
 lazily: on the driver a private event loop keeps one client for the query; on an executor the

@@ -1,4 +1,4 @@
-"""Tests for kclasync._core.shard_lineage.
+"""Tests for kclasync._core.shard_lineage and kclasync._core.shard_end.
 
 Part 1 is the conformance table of kcl-protocol.md section 7 on graph A. Part 2 covers the
 child/gate/auditor functions directly. Part 3 drives everything with random split/merge histories.
@@ -27,13 +27,8 @@ from kclasync._core.position import (
     InitialPositionKind,
 )
 from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
-from kclasync._core.shard_lineage import (
-    ChildLeasePlan,
-    child_leases_at_shard_end,
-    hash_range_holes,
-    parents_finished,
-    plan_new_leases,
-)
+from kclasync._core.shard_end import ChildLeasePlan, child_leases_at_shard_end, parents_finished
+from kclasync._core.shard_lineage import hash_range_holes, plan_new_leases
 
 
 def sid(number: int) -> str:
