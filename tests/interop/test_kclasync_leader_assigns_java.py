@@ -1,6 +1,7 @@
 """A kclasync leader assigns leases to a Java KCL 3.x worker (the reverse of
 ``test_leader_and_registry.py``): one kclasync worker in the KCL 3.x-compatible mode
-(``lease_taker="kcl3"``) holds the leader lock and every lease; a Java MultiLangDaemon joins as
+(``lease_taker="kcl3"``; with ``KCLASYNC_INTEROP_STORIES=1`` also kclasync's own load-aware
+policy, ``"load"``) holds the leader lock and every lease; a Java MultiLangDaemon joins as
 a follower. The kclasync leader sees the Java worker through the ``WorkerMetricStats`` entry the
 Java worker writes, hands it leases (graceful handoffs), and the Java worker processes them:
 0 lost, the lock stays with kclasync, and the Java log shows no lease it could not parse.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import time
 from collections import Counter
@@ -35,7 +37,21 @@ log = logging.getLogger(__name__)
 HANDED = re.compile(r"lease (\S+) to java-1$")
 
 
+@pytest.mark.parametrize(
+    "policy",
+    [
+        "kcl3",
+        pytest.param(
+            "load",
+            marks=pytest.mark.skipif(
+                os.environ.get("KCLASYNC_INTEROP_STORIES") != "1",
+                reason="one more JVM run (~40 s): set KCLASYNC_INTEROP_STORIES=1",
+            ),
+        ),
+    ],
+)
 async def test_kclasync_leader_assigns_leases_to_a_java_worker(
+    policy: str,
     kinesis: LocalAws,
     unique_name: str,
     java_kcl: Callable[..., JavaKcl],
@@ -61,7 +77,9 @@ async def test_kclasync_leader_assigns_leases_to_a_java_worker(
             lock = await locks.get_lock("Leader")
             return None if lock is None else lock.owner
 
-        leader = aws.consumer(handle, worker_id="py-1", **KCLASYNC_CONFIG)
+        leader = aws.consumer(
+            handle, worker_id="py-1", **{**KCLASYNC_CONFIG, "lease_taker": policy}
+        )
         task = asyncio.create_task(leader.run())
         java = java_kcl(stream=unique_name, application=unique_name, worker_id="java-1")
         producer, producing = Producer(aws, 400, 50), False
