@@ -27,6 +27,7 @@ __all__ = [
     "ChildShardInfo",
     "LeaseKeyFn",
     "child_leases_at_shard_end",
+    "children_of_finished_parents",
     "parents_finished",
 ]
 
@@ -157,6 +158,39 @@ def child_leases_at_shard_end(
         create=tuple(created[shard_id] for shard_id in sorted(created)),
         deferred=tuple(sorted(deferred)),
     )
+
+
+def children_of_finished_parents(
+    leases: Sequence[Lease],
+    shards: Sequence[Shard],
+    planned: Sequence[Lease] = (),
+    *,
+    lease_key: LeaseKeyFn | None = None,
+) -> list[Lease]:
+    """The child leases missing under parents already at SHARD_END, whoever asks.
+
+    A worker that died between its SHARD_END checkpoint and its children (an older kclasync,
+    or a Java worker that got no ``ChildShards`` and so created none) leaves finished parents
+    whose children nobody will read until someone creates their leases. This is the repair:
+    ``child_leases_at_shard_end`` for every finished lease of ``leases`` against the stream's
+    whole shard list ``shards``, counting ``planned`` (leases about to be created) and the
+    children found for earlier parents as existing. Any worker may apply it, not only the
+    leader: creating is conditional on the key not existing and is not reading (the parent
+    gate still holds each child back until all its parents are finished). Workers apply it at
+    start, so a fleet that takes over a table whose leader died (a Java leader's lock lasts
+    120 s) reads the children at once; the leader applies it at every shard sync.
+    """
+    listed = {shard.shard_id for shard in shards}
+    known = [*leases, *planned]
+    out: list[Lease] = []
+    for parent in leases:
+        if parent.is_finished:
+            made = child_leases_at_shard_end(
+                parent, shards, known, lease_key=lease_key, listed=listed
+            ).create
+            known += made
+            out += made
+    return out
 
 
 def _has_leased_descendant(

@@ -25,7 +25,7 @@ from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease import Lease
 from kclasync._core.position import InitialPositionKind
 from kclasync._core.shard import Shard
-from kclasync._core.shard_end import LeaseKeyFn, child_leases_at_shard_end
+from kclasync._core.shard_end import LeaseKeyFn, children_of_finished_parents
 from kclasync._core.shard_lineage import plan_new_leases
 from kclasync._core.streams import StreamIdentity, parse_multi_stream_key
 from kclasync.errors import AdapterError, StreamNotFoundError
@@ -120,8 +120,9 @@ class ShardSync:
     # -- syncing ---------------------------------------------------------------------------
 
     async def initial_sync(self) -> None:
-        """At start every worker syncs the streams that have no lease yet (an empty table);
-        the rest is the leader's job. Also proves each stream exists (ListShards)."""
+        """At start every worker syncs the streams that have no lease yet (an empty table) and
+        creates the missing children of finished parents; the rest is the leader's job. Also
+        proves each stream exists (ListShards)."""
         scan = await self.store.list_leases()
         for stream in await self.current_streams():
             try:
@@ -168,18 +169,16 @@ class ShardSync:
             new = plan_new_leases(shards, (), self.config.initial_position, lease_key=key_fn)
         else:
             shards = await self.client.list_shards(stream)
-            if only_if_empty:
-                return 0
-            new = plan_new_leases(shards, mine, self.config.initial_position, lease_key=key_fn)
-            # Children of finished parents. A kclasync worker creates them before its SHARD_END
-            # checkpoint; this repairs a table whose writer did not (an older version, or a
-            # Java worker that got no ChildShards from GetRecords).
-            listed = {shard.shard_id for shard in shards}
-            for parent in mine:
-                if parent.is_finished:
-                    new += child_leases_at_shard_end(
-                        parent, shards, [*mine, *new], lease_key=key_fn, listed=listed
-                    ).create
+            # At start only the repair (the rest is the leader's): the children of finished
+            # parents, which a worker creates before its SHARD_END checkpoint and a table's
+            # earlier writer may not have (an older version, a Java worker that got no
+            # ChildShards from GetRecords, killed with its leader lock still held).
+            new = (
+                []
+                if only_if_empty
+                else plan_new_leases(shards, mine, self.config.initial_position, lease_key=key_fn)
+            )
+            new += children_of_finished_parents(mine, shards, new, lease_key=key_fn)
         created = 0
         for lease in new:
             if await self.store.create_lease(lease):
@@ -187,7 +186,7 @@ class ShardSync:
         if created:
             log.info("shard sync of %s created %d leases", stream, created)
             self._on_created()
-        if mine:
+        if mine and not only_if_empty:
             await self._backfill_child_shard_ids(mine, shards)
         return created
 
