@@ -17,6 +17,9 @@ simulation:
   A heartbeat is only ever compared for change,
   and the time it stood still is measured on the local clock from this worker's first read of
   its current value: remote timestamps are never compared with the local clock.
+* ``worth_following``: which of the silent workers' leases are worth reading: not those of an
+  entry that never moved under this worker's watch and owned nothing in its last scan (a
+  worker dead before this one started).
 * ``judge_silent_leases``: feeds leases read one by one into the expiry tracker exactly as a
   scan would (a changed counter restarts that lease's clock; an unchanged one keeps its
   earlier first-seen time) and says which are expired now, which to check again and when, and
@@ -74,6 +77,8 @@ class Beat:
     since: float
     #: Already reported silent (a silence is reported once, until the heartbeat moves again).
     silent: bool = False
+    #: This worker saw the value change at least once: the writer was alive while watched.
+    moved: bool = False
 
 
 @attrs.frozen
@@ -126,15 +131,41 @@ def watch_heartbeats(
             continue
         old = previous.beats.get(entry.worker_id)
         if old is None or old.value != entry.heartbeat:
-            beats[entry.worker_id] = Beat(entry.heartbeat, entry.heartbeat_interval, now)
+            moved = old is not None
+            beats[entry.worker_id] = Beat(
+                entry.heartbeat, entry.heartbeat_interval, now, moved=moved
+            )
             continue
         beat = attrs.evolve(old, interval=entry.heartbeat_interval)
         if not beat.silent and is_silent(beat, asked):
             beat = attrs.evolve(beat, silent=True)
             newly.add(entry.worker_id)
         beats[entry.worker_id] = beat
-    left = frozenset(previous.beats) - frozenset(beats) - {me}
+    # An entry removed after its worker went silent is not a graceful stop (that worker released
+    # nothing): waking the taker for it would cost a scan and find nothing.
+    left = frozenset(
+        w for w, beat in previous.beats.items() if w not in beats and w != me and not beat.silent
+    )
     return HeartbeatChange(HeartbeatView(beats), frozenset(newly), left)
+
+
+def worth_following(
+    silent: Iterable[str], view: HeartbeatView, last_scan: Iterable[Lease]
+) -> frozenset[str]:
+    """Of the workers that just went silent, those whose leases are worth reading now: those
+    this worker saw heartbeat (their value changed while it watched) and those that owned a
+    lease in its last scan. The others stopped before this worker started watching and owned
+    nothing when it last scanned: a SIGKILLed worker's entry stays in the registry (nothing
+    removes it but a KCL 3.x leader, after a day), and each worker that starts later would
+    otherwise query the owner index for it once and find nothing. A lease such a worker took
+    after that scan is found by the periodic scan, as without early failover."""
+    owners = {lease.owner for lease in last_scan if lease.owner is not None}
+    chosen: set[str] = set()
+    for worker in silent:
+        beat = view.beats.get(worker)
+        if worker in owners or (beat is not None and beat.moved):
+            chosen.add(worker)
+    return frozenset(chosen)
 
 
 @attrs.frozen

@@ -37,6 +37,7 @@ from kclasync._core.worker_silence import (
     early_take_view,
     judge_silent_leases,
     watch_heartbeats,
+    worth_following,
 )
 from kclasync.errors import AdapterError
 
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from kclasync._runtime.lease_coordinator import LeaseCoordinator
 
 log = logging.getLogger("kclasync.leases")
+
+OUTCOMES = ("failover", "false_alarm", "no_leases", "other")
 
 
 class EarlyFailover:
@@ -66,6 +69,15 @@ class EarlyFailover:
         self.lease_reads = 0
         self.early_takes = 0
         self.registry_reads = 0
+        #: Silences not followed: entries of workers dead before this one watched them.
+        self.skipped_silences = 0
+        #: Owner-index queries (one request each, even when it finds no key).
+        self.index_queries = 0
+        #: Lease items read by followers (index keys and single reads), by how the follow ended:
+        #: ``failover`` (a lease was found expired), ``false_alarm`` (the heartbeat moved
+        #: again), ``no_leases`` (nothing to read), ``other`` (taken or released by others).
+        self.reads_by_outcome: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
+        self.follows_by_outcome: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
 
     async def run(self) -> None:
         """Heartbeat and watch forever, on two schedules (a slow registry read never delays a
@@ -104,7 +116,10 @@ class EarlyFailover:
         self.view = change.view
         if change.left and self._wake_taker is not None:
             self._wake_taker()  # released leases: a taking round now, not at the next period
-        for worker in sorted(change.silent - self._following):
+        silent = change.silent - self._following
+        follow = worth_following(silent, self.view, holder.taking.last_scan)
+        self.skipped_silences += len(silent - follow)
+        for worker in sorted(follow):
             if not holder.taking.enabled:
                 break
             self._following.add(worker)
@@ -112,20 +127,34 @@ class EarlyFailover:
             followers.create_task(self._follow(worker), name=f"follow-{worker}")
 
     async def _follow(self, owner: str) -> None:
+        tally = _Tally()
         try:
-            await self._follow_leases(owner)
+            await self._follow_leases(owner, tally)
         except (AdapterError, CorruptLeaseError) as exc:
             log.info("following the leases of silent worker %s failed: %s", owner, exc)
             if self._wake_taker is not None:
                 self._wake_taker()  # a full taking round instead, not the next period's
         finally:
             self._following.discard(owner)
+            beat = self.view.beats.get(owner)
+            if tally.expired:
+                outcome = "failover"
+            elif beat is not None and not beat.silent:
+                outcome = "false_alarm"
+            elif tally.items == 0:
+                outcome = "no_leases"
+            else:
+                outcome = "other"
+            self.reads_by_outcome[outcome] += tally.items
+            self.follows_by_outcome[outcome] += 1
 
-    async def _follow_leases(self, owner: str) -> None:
+    async def _follow_leases(self, owner: str, tally: _Tally) -> None:
         holder = self._holder
         taking = holder.taking
         keys = set(await holder.store.lease_keys_of(owner))
+        self.index_queries += 1
         self.index_reads += len(keys)
+        tally.items += len(keys)
         keys.update(lease.key for lease in taking.last_scan if lease.owner == owner)
         log.info(
             "worker %s stopped heartbeating; %s reads its %d lease(s)",
@@ -134,11 +163,12 @@ class EarlyFailover:
             len(keys),
         )
         check = judge_silent_leases(
-            taking.expiry, owner, await self._read(keys), holder.now(), recheck=False
+            taking.expiry, owner, await self._read(keys, tally), holder.now(), recheck=False
         )
         rounds_left = RETAKE_ROUNDS
         while True:
             if check.expired:
+                tally.expired = True
                 taken = await self._take(check)
                 check = after_early_take(check, taken, holder.now(), self.interval, rounds_left)
                 rounds_left -= 1
@@ -150,12 +180,17 @@ class EarlyFailover:
             if owner not in self.view.silent_workers():
                 return  # it heartbeats again: its renewals keep its leases
             check = judge_silent_leases(
-                taking.expiry, owner, await self._read(check.waiting), holder.now(), recheck=True
+                taking.expiry,
+                owner,
+                await self._read(check.waiting, tally),
+                holder.now(),
+                recheck=True,
             )
 
-    async def _read(self, keys: set[str] | tuple[str, ...]) -> list[Lease | None]:
+    async def _read(self, keys: set[str] | tuple[str, ...], tally: _Tally) -> list[Lease | None]:
         ordered = sorted(keys)
         self.lease_reads += len(ordered)
+        tally.items += len(ordered)
         return list(await asyncio.gather(*(self._holder.store.get_lease(k) for k in ordered)))
 
     async def _take(self, check: SilentLeaseCheck) -> set[str]:
@@ -185,3 +220,11 @@ class EarlyFailover:
         taken = {lease.key for lease in results if lease is not None}
         self.early_takes += len(taken)
         return taken
+
+
+class _Tally:
+    """One follow's lease items read, and whether it found an expired lease."""
+
+    def __init__(self) -> None:
+        self.items = 0
+        self.expired = False

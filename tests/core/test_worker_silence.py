@@ -20,6 +20,7 @@ from kclasync._core.worker_silence import (
     early_take_view,
     judge_silent_leases,
     watch_heartbeats,
+    worth_following,
 )
 
 F = 10.0
@@ -117,6 +118,35 @@ def test_a_worker_that_left_the_registry_is_forgotten_and_reported_as_left() -> 
     view, _ = watch(HeartbeatView(), [entry("b", 1)], "me", 0.0)
     change = watch_heartbeats(view, [], "me", 10.0)
     assert not change.silent and not change.view.beats and change.left == {"b"}
+
+
+def test_an_entry_removed_after_its_worker_went_silent_is_not_a_graceful_leave() -> None:
+    # A removed silent entry released nothing: waking the taker for it would scan for nothing.
+    view, _ = watch(HeartbeatView(), [entry("dead", 1), entry("b", 1)], "me", 0.0)
+    view, silent = watch(view, [entry("dead", 1), entry("b", 2)], "me", 1.1)
+    assert silent == {"dead"}
+    change = watch_heartbeats(view, [], "me", 1.2)
+    assert change.left == {"b"}
+
+
+def test_a_silent_entry_never_seen_moving_and_owning_nothing_is_not_followed() -> None:
+    # "dead" was SIGKILLed before this worker started: its value never changes under our watch.
+    view, _ = watch(HeartbeatView(), [entry("dead", 7), entry("b", 1)], "me", 0.0)
+    view, silent = watch(view, [entry("dead", 7), entry("b", 1)], "me", 1.1)
+    assert silent == {"dead", "b"}
+    scan = [Lease(key="s1", owner="me", counter=3), Lease(key="s2", owner="me", counter=3)]
+    assert worth_following(silent, view, scan) == frozenset()
+
+
+def test_a_silent_worker_seen_beating_or_owning_a_lease_is_followed() -> None:
+    view, _ = watch(HeartbeatView(), [entry("seen", 1), entry("owner", 5)], "me", 0.0)
+    view, _ = watch(view, [entry("seen", 2), entry("owner", 5)], "me", 0.5)
+    view, silent = watch(view, [entry("seen", 2), entry("owner", 5)], "me", 1.6)
+    assert silent == {"seen", "owner"}
+    assert view.beats["seen"].moved and not view.beats["owner"].moved
+    scan = [Lease(key="s1", owner="owner", counter=3), Lease(key="s2", owner="me", counter=3)]
+    assert worth_following(silent, view, scan) == {"seen", "owner"}
+    assert worth_following(silent, view, []) == {"seen"}
 
 
 # -- judging a silent worker's leases ------------------------------------------------------------
