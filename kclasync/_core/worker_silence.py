@@ -20,6 +20,8 @@ simulation:
 * ``worth_following``: which of the silent workers' leases are worth reading: not those of an
   entry that never moved under this worker's watch and owned nothing in its last scan (a
   worker dead before this one started).
+* ``stale_entries``: which silent workers' registry entries the leader removes (long silent,
+  owning nothing in a scan sent after the silence began).
 * ``judge_silent_leases``: feeds leases read one by one into the expiry tracker exactly as a
   scan would (a changed counter restarts that lease's clock; an unchanged one keeps its
   earlier first-seen time) and says which are expired now, which to check again and when, and
@@ -166,6 +168,40 @@ def worth_following(
         if worker in owners or (beat is not None and beat.moved):
             chosen.add(worker)
     return frozenset(chosen)
+
+
+#: The leader removes a silent worker's registry entry once it has been silent this many
+#: failover times and the leader's last scan, sent after the silence began, shows it owning
+#: nothing.
+STALE_ENTRY_FAILOVERS = 3
+
+
+def stale_entries(
+    view: HeartbeatView,
+    last_scan: Iterable[Lease],
+    scan_sent: float | None,
+    now: float,
+    failover_time: float,
+) -> dict[str, int]:
+    """The registry entries the leader removes, with the heartbeat each delete is conditional
+    on (a worker that writes again is never removed): workers silent for
+    ``STALE_ENTRY_FAILOVERS`` failover times (on this worker's clock, from its first read of
+    the final value) that own no lease in a scan sent after that first read. A SIGKILL leaves
+    the entry behind; left there, it costs every later reader an item per registry read (and,
+    before ``worth_following``, an owner-index query per new worker). The KCL 3.x leader
+    removes entries a day after their last update; a worker that comes back writes its entry
+    anew."""
+    if scan_sent is None:
+        return {}
+    owners = {lease.owner for lease in last_scan if lease.owner is not None}
+    return {
+        worker: beat.value
+        for worker, beat in view.beats.items()
+        if beat.silent
+        and worker not in owners
+        and scan_sent > beat.since
+        and now - beat.since > STALE_ENTRY_FAILOVERS * failover_time
+    }
 
 
 @attrs.frozen

@@ -36,6 +36,7 @@ from kclasync._core.worker_silence import (
     after_early_take,
     early_take_view,
     judge_silent_leases,
+    stale_entries,
     watch_heartbeats,
     worth_following,
 )
@@ -55,9 +56,11 @@ class EarlyFailover:
         holder: LeaseCoordinator,
         interval: float,
         wake_taker: Callable[[], None] | None = None,
+        is_leader: Callable[[], bool] | None = None,
     ) -> None:
         self._holder = holder
         self._wake_taker = wake_taker
+        self._is_leader = is_leader
         self.interval = interval
         self.view = HeartbeatView()
         #: Silent workers being followed, by id.
@@ -71,6 +74,8 @@ class EarlyFailover:
         self.registry_reads = 0
         #: Silences not followed: entries of workers dead before this one watched them.
         self.skipped_silences = 0
+        #: Dead workers' registry entries this worker removed as the leader.
+        self.entries_removed = 0
         #: Owner-index queries (one request each, even when it finds no key).
         self.index_queries = 0
         #: Lease items read by followers (index keys and single reads), by how the follow ended:
@@ -125,6 +130,25 @@ class EarlyFailover:
             self._following.add(worker)
             self.silences += 1
             followers.create_task(self._follow(worker), name=f"follow-{worker}")
+        if self._is_leader is not None and self._is_leader():
+            await self._remove_stale()
+
+    async def _remove_stale(self) -> None:
+        """As the leader: delete the entries of workers long dead (``stale_entries``)."""
+        holder = self._holder
+        taking = holder.taking
+        stale = stale_entries(
+            self.view, taking.last_scan, taking.last_scan_sent, holder.now(), holder.failover_time
+        )
+        for worker, beat in sorted(stale.items()):
+            try:
+                removed = await holder.presence.registry.remove(worker, heartbeat=beat)
+            except AdapterError as exc:
+                log.info("could not remove dead worker %s from the registry: %s", worker, exc)
+                return
+            if removed:
+                self.entries_removed += 1
+                log.info("removed the registry entry of worker %s (silent, no leases)", worker)
 
     async def _follow(self, owner: str) -> None:
         tally = _Tally()

@@ -64,6 +64,8 @@ class LeaseTaking:
         #: Cleared when the worker stops: rounds still scan, but take nothing.
         self.enabled = True
         self.last_scan: tuple[Lease, ...] = ()
+        #: Loop time the last scan was sent (it shows the table as it was then or later).
+        self.last_scan_sent: float | None = None
         self._reported_sticky: set[str] = set()
         self._reported_corrupt: set[str] = set()
 
@@ -98,8 +100,10 @@ class LeaseTaking:
 
     async def take_round(self) -> TakePlan:
         """Scan the table once, plan and apply takes. Returns what was actually acquired."""
+        sent = self._holder.now()
         scan = await self._holder.store.list_leases()
         now = self._holder.now()
+        self.last_scan_sent = sent
         self._report_corrupt(scan.corrupt)
         self._report_sticky(scan.leases)
         self.last_scan = scan.leases

@@ -19,6 +19,7 @@ from kclasync._core.worker_silence import (
     default_heartbeat_interval,
     early_take_view,
     judge_silent_leases,
+    stale_entries,
     watch_heartbeats,
     worth_following,
 )
@@ -147,6 +148,24 @@ def test_a_silent_worker_seen_beating_or_owning_a_lease_is_followed() -> None:
     scan = [Lease(key="s1", owner="owner", counter=3), Lease(key="s2", owner="me", counter=3)]
     assert worth_following(silent, view, scan) == {"seen", "owner"}
     assert worth_following(silent, view, []) == {"seen"}
+
+
+def test_the_leader_removes_an_entry_long_silent_and_owning_nothing_in_a_later_scan() -> None:
+    view, _ = watch(HeartbeatView(), [entry("dead", 7), entry("b", 1)], "me", 0.0)
+    view, silent = watch(view, [entry("dead", 7), entry("b", 2)], "me", 1.1)
+    assert silent == {"dead"}
+    mine = [Lease(key="s1", owner="me", counter=3)]
+    theirs = [*mine, Lease(key="s2", owner="dead", counter=3)]
+    # Silent since 0.0 (the first read of 7): not before 3 failover times ...
+    assert stale_entries(view, mine, 25.0, 29.0, F) == {}
+    # ... nor while the last scan shows it owning a lease, or was sent before the silence.
+    assert stale_entries(view, theirs, 25.0, 31.0, F) == {}
+    assert stale_entries(view, mine, None, 31.0, F) == {}
+    early = watch_heartbeats(HeartbeatView(), [entry("dead", 7)], "me", 5.0).view
+    early = watch_heartbeats(early, [entry("dead", 7)], "me", 6.1).view
+    assert stale_entries(early, mine, 4.0, 40.0, F) == {}
+    # Then removed, conditional on the silent value; a live one never is.
+    assert stale_entries(view, mine, 25.0, 31.0, F) == {"dead": 7}
 
 
 # -- judging a silent worker's leases ------------------------------------------------------------
