@@ -10,12 +10,16 @@ the silent worker's again when they are due to expire (``judge_silent_leases``).
 are taken through the taker's own plan (``early_take_view``) and the normal conditional take;
 those the plan left to others are planned again a few times (``after_early_take``).
 
+Silent workers this worker never saw heartbeat and whose leases its last scan did not show
+(dead before it started) are not followed (``worth_following``). The leader removes the entries
+of workers long silent and owning nothing (``stale_entries``), conditional on the silent value.
+
 A worker that left the registry (a graceful stop deletes its entry after releasing its leases)
 wakes the taker, so released leases are taken at once rather than at the next periodic scan;
 so do expired leases that no plan of this worker's took in a few rounds, and a follower whose
 reads failed.
 
-Owns: the heartbeat loop, the followers and their counters (for the benchmarks and the
+Owns: the heartbeat loop, the followers, the removal of dead entries, and their counters (for the benchmarks and the
 simulation report). Must not: judge expiry or choose leases itself (``_core``), renew or
 release, or read any clock but the coordinator's.
 """
