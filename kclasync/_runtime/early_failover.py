@@ -19,9 +19,9 @@ wakes the taker, so released leases are taken at once rather than at the next pe
 so do expired leases that no plan of this worker's took in a few rounds, and a follower whose
 reads failed.
 
-Owns: the heartbeat loop, the followers, the removal of dead entries, and their counters (for the benchmarks and the
-simulation report). Must not: judge expiry or choose leases itself (``_core``), renew or
-release, or read any clock but the coordinator's.
+Owns: the heartbeat loop, the followers, the removal of dead entries, and their counters (for
+the benchmarks and the simulation report). Must not: judge expiry or choose leases itself
+(``_core``), renew or release, or read any clock but the coordinator's.
 """
 
 from __future__ import annotations
