@@ -42,6 +42,11 @@ class MemoryWorkerMetrics:
         self.corrupt_seen += len(decoded.corrupt)
         return decoded
 
-    async def remove(self, worker_id: str) -> None:
+    async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
         self.calls["remove"] += 1
+        if heartbeat is not None:
+            item = self.items.get(worker_id)
+            if item is None or item.get(wm.HEARTBEAT) != {"N": str(heartbeat)}:
+                return False
         self.items.pop(worker_id, None)
+        return True

@@ -87,12 +87,24 @@ class DynamoWorkerMetrics:
         self.corrupt_seen += len(decoded.corrupt)
         return decoded
 
-    async def remove(self, worker_id: str) -> None:
-        async with _mapped_errors("DeleteItem"):
-            self._count("remove")
-            await self._client.delete_item(
-                TableName=self.table_name, Key={wm.WORKER_ID: {"S": worker_id}}
-            )
+    async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": {wm.WORKER_ID: {"S": worker_id}},
+        }
+        if heartbeat is not None:
+            kwargs["ConditionExpression"] = "#hb = :hb"
+            kwargs["ExpressionAttributeNames"] = {"#hb": wm.HEARTBEAT}
+            kwargs["ExpressionAttributeValues"] = {":hb": {"N": str(heartbeat)}}
+        try:
+            async with _mapped_errors("DeleteItem"):
+                self._count("remove")
+                await self._client.delete_item(**kwargs)
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
 
 async def remove_legacy_registry_items(client: Any, lease_table: str) -> list[str]:

@@ -28,5 +28,7 @@ class WorkerRegistry(Protocol):
     async def list_workers(self) -> DecodedEntries:
         """Every entry, strongly consistent; unreadable items come back as errors."""
 
-    async def remove(self, worker_id: str) -> None:
-        """Delete the worker's entry (graceful stop); a missing entry is not an error."""
+    async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
+        """Delete the worker's entry (graceful stop); a missing entry is not an error. With
+        ``heartbeat``: only if the entry's heartbeat is still that value (a dead worker's entry
+        removed by the leader); False when that condition failed."""

@@ -17,6 +17,11 @@ simulation:
   A heartbeat is only ever compared for change,
   and the time it stood still is measured on the local clock from this worker's first read of
   its current value: remote timestamps are never compared with the local clock.
+* ``worth_following``: which of the silent workers' leases are worth reading: not those of an
+  entry that never moved under this worker's watch and owned nothing in its last scan (a
+  worker dead before this one started).
+* ``stale_entries``: which silent workers' registry entries the leader removes (long silent,
+  owning nothing in a scan sent after the silence began).
 * ``judge_silent_leases``: feeds leases read one by one into the expiry tracker exactly as a
   scan would (a changed counter restarts that lease's clock; an unchanged one keeps its
   earlier first-seen time) and says which are expired now, which to check again and when, and
@@ -74,6 +79,8 @@ class Beat:
     since: float
     #: Already reported silent (a silence is reported once, until the heartbeat moves again).
     silent: bool = False
+    #: This worker saw the value change at least once: the writer was alive while watched.
+    moved: bool = False
 
 
 @attrs.frozen
@@ -126,15 +133,75 @@ def watch_heartbeats(
             continue
         old = previous.beats.get(entry.worker_id)
         if old is None or old.value != entry.heartbeat:
-            beats[entry.worker_id] = Beat(entry.heartbeat, entry.heartbeat_interval, now)
+            moved = old is not None
+            beats[entry.worker_id] = Beat(
+                entry.heartbeat, entry.heartbeat_interval, now, moved=moved
+            )
             continue
         beat = attrs.evolve(old, interval=entry.heartbeat_interval)
         if not beat.silent and is_silent(beat, asked):
             beat = attrs.evolve(beat, silent=True)
             newly.add(entry.worker_id)
         beats[entry.worker_id] = beat
-    left = frozenset(previous.beats) - frozenset(beats) - {me}
+    # An entry removed after its worker went silent is not a graceful stop (that worker released
+    # nothing): waking the taker for it would cost a scan and find nothing.
+    left = frozenset(
+        w for w, beat in previous.beats.items() if w not in beats and w != me and not beat.silent
+    )
     return HeartbeatChange(HeartbeatView(beats), frozenset(newly), left)
+
+
+def worth_following(
+    silent: Iterable[str], view: HeartbeatView, last_scan: Iterable[Lease]
+) -> frozenset[str]:
+    """Of the workers that just went silent, those whose leases are worth reading now: those
+    this worker saw heartbeat (their value changed while it watched) and those that owned a
+    lease in its last scan. The others stopped before this worker started watching and owned
+    nothing when it last scanned: a SIGKILLed worker's entry stays in the registry (nothing
+    removes it but a KCL 3.x leader, after a day), and each worker that starts later would
+    otherwise query the owner index for it once and find nothing. A lease such a worker took
+    after that scan is found by the periodic scan, as without early failover."""
+    owners = {lease.owner for lease in last_scan if lease.owner is not None}
+    chosen: set[str] = set()
+    for worker in silent:
+        beat = view.beats.get(worker)
+        if worker in owners or (beat is not None and beat.moved):
+            chosen.add(worker)
+    return frozenset(chosen)
+
+
+#: The leader removes a silent worker's registry entry once it has been silent this many
+#: failover times and the leader's last scan, sent after the silence began, shows it owning
+#: nothing.
+STALE_ENTRY_FAILOVERS = 3
+
+
+def stale_entries(
+    view: HeartbeatView,
+    last_scan: Iterable[Lease],
+    scan_sent: float | None,
+    now: float,
+    failover_time: float,
+) -> dict[str, int]:
+    """The registry entries the leader removes, with the heartbeat each delete is conditional
+    on (a worker that writes again is never removed): workers silent for
+    ``STALE_ENTRY_FAILOVERS`` failover times (on this worker's clock, from its first read of
+    the final value) that own no lease in a scan sent after that first read. A SIGKILL leaves
+    the entry behind; left there, it costs every later reader an item per registry read (and,
+    before ``worth_following``, an owner-index query per new worker). The KCL 3.x leader
+    removes entries a day after their last update; a worker that comes back writes its entry
+    anew."""
+    if scan_sent is None:
+        return {}
+    owners = {lease.owner for lease in last_scan if lease.owner is not None}
+    return {
+        worker: beat.value
+        for worker, beat in view.beats.items()
+        if beat.silent
+        and worker not in owners
+        and scan_sent > beat.since
+        and now - beat.since > STALE_ENTRY_FAILOVERS * failover_time
+    }
 
 
 @attrs.frozen

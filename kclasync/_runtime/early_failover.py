@@ -10,14 +10,18 @@ the silent worker's again when they are due to expire (``judge_silent_leases``).
 are taken through the taker's own plan (``early_take_view``) and the normal conditional take;
 those the plan left to others are planned again a few times (``after_early_take``).
 
+Silent workers this worker never saw heartbeat and whose leases its last scan did not show
+(dead before it started) are not followed (``worth_following``). The leader removes the entries
+of workers long silent and owning nothing (``stale_entries``), conditional on the silent value.
+
 A worker that left the registry (a graceful stop deletes its entry after releasing its leases)
 wakes the taker, so released leases are taken at once rather than at the next periodic scan;
 so do expired leases that no plan of this worker's took in a few rounds, and a follower whose
 reads failed.
 
-Owns: the heartbeat loop, the followers and their counters (for the benchmarks and the
-simulation report). Must not: judge expiry or choose leases itself (``_core``), renew or
-release, or read any clock but the coordinator's.
+Owns: the heartbeat loop, the followers, the removal of dead entries, and their counters (for
+the benchmarks and the simulation report). Must not: judge expiry or choose leases itself
+(``_core``), renew or release, or read any clock but the coordinator's.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from kclasync._core.worker_silence import (
     after_early_take,
     early_take_view,
     judge_silent_leases,
+    stale_entries,
     watch_heartbeats,
+    worth_following,
 )
 from kclasync.errors import AdapterError
 
@@ -45,6 +51,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kclasync.leases")
 
+OUTCOMES = ("failover", "false_alarm", "no_leases", "other")
+
 
 class EarlyFailover:
     def __init__(
@@ -52,9 +60,11 @@ class EarlyFailover:
         holder: LeaseCoordinator,
         interval: float,
         wake_taker: Callable[[], None] | None = None,
+        is_leader: Callable[[], bool] | None = None,
     ) -> None:
         self._holder = holder
         self._wake_taker = wake_taker
+        self._is_leader = is_leader
         self.interval = interval
         self.view = HeartbeatView()
         #: Silent workers being followed, by id.
@@ -66,6 +76,17 @@ class EarlyFailover:
         self.lease_reads = 0
         self.early_takes = 0
         self.registry_reads = 0
+        #: Silences not followed: entries of workers dead before this one watched them.
+        self.skipped_silences = 0
+        #: Dead workers' registry entries this worker removed as the leader.
+        self.entries_removed = 0
+        #: Owner-index queries (one request each, even when it finds no key).
+        self.index_queries = 0
+        #: Lease items read by followers (index keys and single reads), by how the follow ended:
+        #: ``failover`` (a lease was found expired), ``false_alarm`` (the heartbeat moved
+        #: again), ``no_leases`` (nothing to read), ``other`` (taken or released by others).
+        self.reads_by_outcome: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
+        self.follows_by_outcome: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
 
     async def run(self) -> None:
         """Heartbeat and watch forever, on two schedules (a slow registry read never delays a
@@ -104,28 +125,64 @@ class EarlyFailover:
         self.view = change.view
         if change.left and self._wake_taker is not None:
             self._wake_taker()  # released leases: a taking round now, not at the next period
-        for worker in sorted(change.silent - self._following):
+        silent = change.silent - self._following
+        follow = worth_following(silent, self.view, holder.taking.last_scan)
+        self.skipped_silences += len(silent - follow)
+        for worker in sorted(follow):
             if not holder.taking.enabled:
                 break
             self._following.add(worker)
             self.silences += 1
             followers.create_task(self._follow(worker), name=f"follow-{worker}")
+        if self._is_leader is not None and self._is_leader():
+            await self._remove_stale()
+
+    async def _remove_stale(self) -> None:
+        """As the leader: delete the entries of workers long dead (``stale_entries``)."""
+        holder = self._holder
+        taking = holder.taking
+        stale = stale_entries(
+            self.view, taking.last_scan, taking.last_scan_sent, holder.now(), holder.failover_time
+        )
+        for worker, beat in sorted(stale.items()):
+            try:
+                removed = await holder.presence.registry.remove(worker, heartbeat=beat)
+            except AdapterError as exc:
+                log.info("could not remove dead worker %s from the registry: %s", worker, exc)
+                return
+            if removed:
+                self.entries_removed += 1
+                log.info("removed the registry entry of worker %s (silent, no leases)", worker)
 
     async def _follow(self, owner: str) -> None:
+        tally = _Tally()
         try:
-            await self._follow_leases(owner)
+            await self._follow_leases(owner, tally)
         except (AdapterError, CorruptLeaseError) as exc:
             log.info("following the leases of silent worker %s failed: %s", owner, exc)
             if self._wake_taker is not None:
                 self._wake_taker()  # a full taking round instead, not the next period's
         finally:
             self._following.discard(owner)
+            beat = self.view.beats.get(owner)
+            if tally.expired:
+                outcome = "failover"
+            elif beat is not None and not beat.silent:
+                outcome = "false_alarm"
+            elif tally.items == 0:
+                outcome = "no_leases"
+            else:
+                outcome = "other"
+            self.reads_by_outcome[outcome] += tally.items
+            self.follows_by_outcome[outcome] += 1
 
-    async def _follow_leases(self, owner: str) -> None:
+    async def _follow_leases(self, owner: str, tally: _Tally) -> None:
         holder = self._holder
         taking = holder.taking
         keys = set(await holder.store.lease_keys_of(owner))
+        self.index_queries += 1
         self.index_reads += len(keys)
+        tally.items += len(keys)
         keys.update(lease.key for lease in taking.last_scan if lease.owner == owner)
         log.info(
             "worker %s stopped heartbeating; %s reads its %d lease(s)",
@@ -134,11 +191,12 @@ class EarlyFailover:
             len(keys),
         )
         check = judge_silent_leases(
-            taking.expiry, owner, await self._read(keys), holder.now(), recheck=False
+            taking.expiry, owner, await self._read(keys, tally), holder.now(), recheck=False
         )
         rounds_left = RETAKE_ROUNDS
         while True:
             if check.expired:
+                tally.expired = True
                 taken = await self._take(check)
                 check = after_early_take(check, taken, holder.now(), self.interval, rounds_left)
                 rounds_left -= 1
@@ -150,12 +208,17 @@ class EarlyFailover:
             if owner not in self.view.silent_workers():
                 return  # it heartbeats again: its renewals keep its leases
             check = judge_silent_leases(
-                taking.expiry, owner, await self._read(check.waiting), holder.now(), recheck=True
+                taking.expiry,
+                owner,
+                await self._read(check.waiting, tally),
+                holder.now(),
+                recheck=True,
             )
 
-    async def _read(self, keys: set[str] | tuple[str, ...]) -> list[Lease | None]:
+    async def _read(self, keys: set[str] | tuple[str, ...], tally: _Tally) -> list[Lease | None]:
         ordered = sorted(keys)
         self.lease_reads += len(ordered)
+        tally.items += len(ordered)
         return list(await asyncio.gather(*(self._holder.store.get_lease(k) for k in ordered)))
 
     async def _take(self, check: SilentLeaseCheck) -> set[str]:
@@ -185,3 +248,11 @@ class EarlyFailover:
         taken = {lease.key for lease in results if lease is not None}
         self.early_takes += len(taken)
         return taken
+
+
+class _Tally:
+    """One follow's lease items read, and whether it found an expired lease."""
+
+    def __init__(self) -> None:
+        self.items = 0
+        self.expired = False

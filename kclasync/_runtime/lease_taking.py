@@ -54,13 +54,18 @@ class LeaseTaking:
         self.expiry = ExpiryTracker(holder.failover_time)
         #: Workers judged live at the last scan (registry ``lut`` changes), this one included.
         self.live_workers: frozenset[str] = frozenset({holder.worker_id})
-        #: Taking rounds completed (for tests, benchmarks and the demo).
+        #: Taking rounds completed (for tests, benchmarks and the demo) ...
         self.rounds = 0
+        #: ... by cause: the first round, the periodic ones, and those a wake-up started
+        #: (released leases, new leases from shard sync, a failed early read).
+        self.round_causes: dict[str, int] = {"startup": 0, "periodic": 0, "woken": 0}
         #: Lease keys this worker will not take until the given loop time.
         self.excluded: dict[str, float] = {}
         #: Cleared when the worker stops: rounds still scan, but take nothing.
         self.enabled = True
         self.last_scan: tuple[Lease, ...] = ()
+        #: Loop time the last scan was sent (it shows the table as it was then or later).
+        self.last_scan_sent: float | None = None
         self._reported_sticky: set[str] = set()
         self._reported_corrupt: set[str] = set()
 
@@ -95,8 +100,10 @@ class LeaseTaking:
 
     async def take_round(self) -> TakePlan:
         """Scan the table once, plan and apply takes. Returns what was actually acquired."""
+        sent = self._holder.now()
         scan = await self._holder.store.list_leases()
         now = self._holder.now()
+        self.last_scan_sent = sent
         self._report_corrupt(scan.corrupt)
         self._report_sticky(scan.leases)
         self.last_scan = scan.leases
@@ -220,6 +227,7 @@ class LeaseTaking:
             delay = first_round_delay(self._holder.worker_id, registered, first_delay)
             if delay > 0:
                 await asyncio.sleep(delay)
+        cause = "startup"
         while True:
             started = self._holder.now()
             try:
@@ -227,10 +235,14 @@ class LeaseTaking:
             except AdapterError as exc:
                 log.warning("lease taking round failed: %s", exc)
             self.rounds += 1
+            self.round_causes[cause] += 1
             delay = max(0.0, self.interval - (self._holder.now() - started))
+            cause = "periodic"
             if wake is None:
                 await asyncio.sleep(delay)
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), delay)
+                if wake.is_set():
+                    cause = "woken"
                 wake.clear()

@@ -250,8 +250,10 @@ class RetryingWorkerRegistry:
     async def list_workers(self) -> DecodedEntries:
         return await self.retrier.call("list_workers", self.inner.list_workers)
 
-    async def remove(self, worker_id: str) -> None:
-        await self.retrier.call("remove", lambda: self.inner.remove(worker_id))
+    async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
+        return await self.retrier.call(
+            "remove", lambda: self.inner.remove(worker_id, heartbeat=heartbeat)
+        )
 
 
 #: Every wrapper type: what runtime parts may hold instead of a bare adapter.

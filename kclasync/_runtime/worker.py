@@ -226,6 +226,7 @@ class Worker:
                 self.coordinator,
                 cfg.effective_heartbeat_interval,
                 wake_taker=self._taker_wake.set,
+                is_leader=lambda: self.elector.is_leader(),
             )
             if cfg.effective_heartbeat_interval is not None
             else None

@@ -75,12 +75,12 @@ async def _main(args: argparse.Namespace) -> None:
 
 
 async def _write_stats(consumer: Consumer, path: str) -> None:
-    """Every second, replace ``path`` with this process's table calls so far (JSON), for the
-    failover benchmark's read counts; a SIGKILL loses at most the last second."""
+    """Every half second, replace ``path`` with this process's table calls so far (JSON), for
+    the failover benchmark's read counts; a SIGKILL loses at most the last half second."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     while True:
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(0.5)
         worker = consumer._worker
         early = worker.early_failover if worker is not None else None
         figures = {
@@ -92,6 +92,13 @@ async def _write_stats(consumer: Consumer, path: str) -> None:
             "early_reads": early.lease_reads if early is not None else 0,
             "early_takes": early.early_takes if early is not None else 0,
             "silences": early.silences if early is not None else 0,
+            "skipped_silences": early.skipped_silences if early is not None else 0,
+            "index_queries": early.index_queries if early is not None else 0,
+            "reads_by_outcome": dict(early.reads_by_outcome) if early is not None else {},
+            "follows_by_outcome": dict(early.follows_by_outcome) if early is not None else {},
+            "round_causes": (
+                dict(worker.coordinator.taking.round_causes) if worker is not None else {}
+            ),
         }
         _replace_file(path, orjson.dumps(figures))
 

@@ -19,7 +19,9 @@ from kclasync._core.worker_silence import (
     default_heartbeat_interval,
     early_take_view,
     judge_silent_leases,
+    stale_entries,
     watch_heartbeats,
+    worth_following,
 )
 
 F = 10.0
@@ -117,6 +119,53 @@ def test_a_worker_that_left_the_registry_is_forgotten_and_reported_as_left() -> 
     view, _ = watch(HeartbeatView(), [entry("b", 1)], "me", 0.0)
     change = watch_heartbeats(view, [], "me", 10.0)
     assert not change.silent and not change.view.beats and change.left == {"b"}
+
+
+def test_an_entry_removed_after_its_worker_went_silent_is_not_a_graceful_leave() -> None:
+    # A removed silent entry released nothing: waking the taker for it would scan for nothing.
+    view, _ = watch(HeartbeatView(), [entry("dead", 1), entry("b", 1)], "me", 0.0)
+    view, silent = watch(view, [entry("dead", 1), entry("b", 2)], "me", 1.1)
+    assert silent == {"dead"}
+    change = watch_heartbeats(view, [], "me", 1.2)
+    assert change.left == {"b"}
+
+
+def test_a_silent_entry_never_seen_moving_and_owning_nothing_is_not_followed() -> None:
+    # "dead" was SIGKILLed before this worker started: its value never changes under our watch.
+    view, _ = watch(HeartbeatView(), [entry("dead", 7), entry("b", 1)], "me", 0.0)
+    view, silent = watch(view, [entry("dead", 7), entry("b", 1)], "me", 1.1)
+    assert silent == {"dead", "b"}
+    scan = [Lease(key="s1", owner="me", counter=3), Lease(key="s2", owner="me", counter=3)]
+    assert worth_following(silent, view, scan) == frozenset()
+
+
+def test_a_silent_worker_seen_beating_or_owning_a_lease_is_followed() -> None:
+    view, _ = watch(HeartbeatView(), [entry("seen", 1), entry("owner", 5)], "me", 0.0)
+    view, _ = watch(view, [entry("seen", 2), entry("owner", 5)], "me", 0.5)
+    view, silent = watch(view, [entry("seen", 2), entry("owner", 5)], "me", 1.6)
+    assert silent == {"seen", "owner"}
+    assert view.beats["seen"].moved and not view.beats["owner"].moved
+    scan = [Lease(key="s1", owner="owner", counter=3), Lease(key="s2", owner="me", counter=3)]
+    assert worth_following(silent, view, scan) == {"seen", "owner"}
+    assert worth_following(silent, view, []) == {"seen"}
+
+
+def test_the_leader_removes_an_entry_long_silent_and_owning_nothing_in_a_later_scan() -> None:
+    view, _ = watch(HeartbeatView(), [entry("dead", 7), entry("b", 1)], "me", 0.0)
+    view, silent = watch(view, [entry("dead", 7), entry("b", 2)], "me", 1.1)
+    assert silent == {"dead"}
+    mine = [Lease(key="s1", owner="me", counter=3)]
+    theirs = [*mine, Lease(key="s2", owner="dead", counter=3)]
+    # Silent since 0.0 (the first read of 7): not before 3 failover times ...
+    assert stale_entries(view, mine, 25.0, 29.0, F) == {}
+    # ... nor while the last scan shows it owning a lease, or was sent before the silence.
+    assert stale_entries(view, theirs, 25.0, 31.0, F) == {}
+    assert stale_entries(view, mine, None, 31.0, F) == {}
+    early = watch_heartbeats(HeartbeatView(), [entry("dead", 7)], "me", 5.0).view
+    early = watch_heartbeats(early, [entry("dead", 7)], "me", 6.1).view
+    assert stale_entries(early, mine, 4.0, 40.0, F) == {}
+    # Then removed, conditional on the silent value; a live one never is.
+    assert stale_entries(view, mine, 25.0, 31.0, F) == {"dead": 7}
 
 
 # -- judging a silent worker's leases ------------------------------------------------------------

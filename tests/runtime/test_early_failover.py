@@ -145,3 +145,54 @@ async def test_a_worker_silent_in_the_registry_but_renewing_keeps_its_leases() -
     assert sorted(k for k, owner in owners(fleet.table).items() if owner == "b") == b_leases
     assert early.early_takes == 0
     await fleet.close()
+
+
+@in_virtual_time
+async def test_a_worker_started_after_a_kill_does_not_follow_the_dead_workers_entry() -> None:
+    """A SIGKILLed worker's entry stays in the registry. A worker started after its leases were
+    taken never saw it heartbeat and finds none of its leases in its first scan: it does not
+    query the owner index for it (the old code did, once per new worker)."""
+    fleet = Fleet()
+    fleet.start("a")
+    fleet.start("b")
+    await fleet.both_hold()
+    await fleet.kill("b")
+    await wait_until(
+        lambda: set(owners(fleet.table).values()) == {"a"}, 5 * FAILOVER, "a owning all"
+    )
+    c = fleet.start("c")
+    await wait_until(
+        lambda: (
+            c._worker is not None
+            and c._worker.early_failover is not None
+            and c._worker.early_failover.skipped_silences >= 1
+        ),
+        5 * FAILOVER,
+        "c noticing b's stale entry",
+    )
+    assert c._worker is not None and c._worker.early_failover is not None
+    early = c._worker.early_failover
+    await asyncio.sleep(2 * FAILOVER)
+    assert early.index_queries == 0 and early.lease_reads == 0 and early.silences == 0
+    await fleet.close()
+
+
+@in_virtual_time
+async def test_the_leader_removes_a_killed_workers_entry_once_its_leases_are_taken() -> None:
+    fleet = Fleet()
+    a = fleet.start("a")
+    fleet.start("b")
+    await fleet.both_hold()
+    await fleet.kill("b")
+    await wait_until(
+        lambda: set(owners(fleet.table).values()) == {"a"}, 5 * FAILOVER, "a owning all"
+    )
+    assert "b" in fleet.table.worker_metrics.items
+    # a (the only worker, so the leader) removes it after three failover times and a scan
+    # that shows b owning nothing.
+    await wait_until(
+        lambda: "b" not in fleet.table.worker_metrics.items, 8 * FAILOVER, "b's entry removed"
+    )
+    assert a._worker is not None and a._worker.early_failover is not None
+    assert a._worker.early_failover.entries_removed == 1
+    await fleet.close()

@@ -44,6 +44,15 @@ async def registry_contract(registry: WorkerRegistry) -> None:
     await registry.remove("a")
     await registry.remove("a")  # already gone: fine
     assert [e.worker_id for e in (await registry.list_workers()).entries] == ["b"]
+    # A dead worker's entry is removed only while its heartbeat is the one judged silent.
+    beating = attrs.evolve(wm.WorkerMetrics("d", 1004), heartbeat=7, heartbeat_interval=0.5)
+    await registry.report(beating)
+    await registry.report(attrs.evolve(beating, heartbeat=8))  # it wrote again
+    assert await registry.remove("d", heartbeat=7) is False
+    assert await registry.remove("b", heartbeat=8) is False  # no heartbeat at all
+    assert await registry.remove("d", heartbeat=8) is True
+    assert await registry.remove("d", heartbeat=8) is False  # already gone
+    assert [e.worker_id for e in (await registry.list_workers()).entries] == ["b"]
 
 
 async def test_memory_registry() -> None:
