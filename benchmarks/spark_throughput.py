@@ -28,14 +28,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry
 
+import kclasync
 from kclasync import Consumer, ConsumerConfig
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.testing.emulators import LocalAws, moto_process
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kclasync.__file__)))
 
 #: Print each run's batches and Spark's time per phase (``--phases``).
 PHASES = False
@@ -85,8 +89,9 @@ def new_processes() -> Iterator[dict[int, str]]:
     def sample() -> None:
         while not done.wait(0.02):
             for pid, what in _descendants().items():
-                if pid not in before:
-                    seen.setdefault(pid, what)
+                # A process Spark spawns runs a helper first, then execs into Python.
+                if pid not in before and (pid not in seen or what.startswith("pyspark.")):
+                    seen[pid] = what
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
@@ -235,6 +240,56 @@ async def processor_run(spark: Any, local: LocalAws, stream: str, tmp: str, reco
     return written / (time.monotonic() - started)
 
 
+def driver_calls(local: LocalAws, stream: str, repeat: int = 5) -> None:
+    """The source's own driver work for one AvailableNow query, timed by calling its reader
+    as Spark does (the executors' reads in between are not counted): median of ``repeat``."""
+    import statistics
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from kclasync.spark.checks import check_source
+    from kclasync.spark.shard_task import arrow_batches
+    from kclasync.spark.source import KinesisStreamReader, SourceOptions
+
+    options = SourceOptions.parse(
+        {
+            "streamName": stream,
+            "endpointUrl": local.endpoint_url,
+            "startingPosition": "TRIM_HORIZON",
+            "maxRecordsPerShard": "100000",
+            **AWS,
+        }
+    )
+    check_source(options)  # what load() does: creates the progress table
+    phases: dict[str, list[float]] = {}
+    everything = ReadAllAvailable()
+
+    def timed(name: str, call: Any) -> Any:
+        started = time.monotonic()
+        out = call()
+        phases.setdefault(name, []).append(time.monotonic() - started)
+        return out
+
+    for _ in range(repeat):
+        reader = KinesisStreamReader(options)
+        first = timed("initialOffset (opens the clients)", reader.initialOffset)
+        reader.prepareForTriggerAvailableNow()
+        end = timed("latestOffset, the batch", partial(reader.latestOffset, first, everything))
+        parts = timed("partitions", partial(reader.partitions, first, end))
+        for part in parts:  # the executors' work, not timed
+            for _batch in arrow_batches(part):
+                pass
+        last = timed("latestOffset, nothing more", partial(reader.latestOffset, end, everything))
+        assert last == end, "the final planning found more to read"
+        timed("stop", reader.stop)
+    total = 0.0
+    for name, seconds in phases.items():
+        median = statistics.median(seconds)
+        total += median
+        print(f"  driver: {name:<36} {1000 * median:7.0f} ms (median of {repeat})")
+    print(f"  driver: {'total':<36} {1000 * total:7.0f} ms")
+
+
 def profile_task(local: LocalAws, stream: str) -> None:
     """One executor-side read of the first shard, under cProfile."""
     from kclasync.spark.fetch import read_shard
@@ -267,6 +322,9 @@ def main() -> None:
         help="also measure the source with this shardsPerTask (local[2]: 2 reads all 4 at once)",
     )
     parser.add_argument("--phases", action="store_true", help="Spark's time per batch phase")
+    parser.add_argument(
+        "--driver", action="store_true", help="only time the source's driver calls, then exit"
+    )
     parser.add_argument("--skip-extras", action="store_true", help="only the source vs plain")
     parser.add_argument("--timeout", type=float, default=900.0)
     args = parser.parse_args()
@@ -281,6 +339,10 @@ def main() -> None:
         asyncio.run(backlog(local, "bench", args.shards, args.records))
         if args.profile:
             profile_task(local, "bench")
+        if args.driver:
+            print(f"kclasync from {ROOT}")
+            driver_calls(local, "bench")
+            return
         n, s = asyncio.run(plain_loop(local, "bench"))
         assert n == args.records, f"plain loop read {n} of {args.records}"
         plain = [n / s]
@@ -299,7 +361,7 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
-        print(f"spark session start: {time.monotonic() - started:.1f} s")
+        print(f"spark session start: {time.monotonic() - started:.1f} s (kclasync from {ROOT})")
         reuse = spark.sparkContext.getConf().get("spark.python.worker.reuse", "true")
         print(f"spark.python.worker.reuse: {reuse}")
         # Cold: the session's first query (Spark starts its Python workers for it).

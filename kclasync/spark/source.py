@@ -44,9 +44,11 @@ from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter,
 from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions
 from kclasync.spark.offsets import (
     ShardPosition,
+    ShardProgress,
     SourceOffset,
     add_new_shards,
     allocate_quotas,
+    drained_shards,
     initial_positions,
     readable_shards,
     state_after,
@@ -120,6 +122,10 @@ class _DriverIO:
         self._loop.close()
 
 
+async def _none() -> None:
+    return None
+
+
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets per shard; children after their parents' SHARD_END; one partition per shard."""
 
@@ -130,6 +136,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._listed: list[Shard] | None = None
         self._listed_at = float("-inf")
         self._until: datetime | None = None
+        #: AvailableNow: (shard, position) pairs known to hold nothing that arrived by
+        #: ``_until`` (``drained_shards``), so the run's last planning need not probe them.
+        self._drained: set[tuple[str, str]] = set()
         self._lease_state: dict[str, ShardPosition] | None = None
         self._consumer_arn: str | None = None
 
@@ -156,18 +165,22 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert progress is not None
         return progress
 
+    def _listing_due(self) -> bool:
+        return (
+            self._listed is None
+            or time.monotonic() - self._listed_at >= self.options.shard_list_interval
+        )
+
     def _listing(self, force: bool = False) -> list[Shard] | None:
         """The stream's shards, listed again at most every ``shardListIntervalSec``."""
-        now = time.monotonic()
-        if (
-            force
-            or self._listed is None
-            or now - self._listed_at >= self.options.shard_list_interval
-        ):
+        if force or self._listing_due():
             stream = self.options.stream_name
-            self._listed = self._driver.run(lambda: self._kinesis().list_shards(stream))
-            self._listed_at = now
+            self._set_listing(self._driver.run(lambda: self._kinesis().list_shards(stream)))
         return self._listed
+
+    def _set_listing(self, listed: list[Shard]) -> None:
+        self._listed = listed
+        self._listed_at = time.monotonic()
 
     def _fanout_consumer(self) -> str | None:
         """With ``consumerType=EFO``: the stream consumer's ARN, registered (or the existing one
@@ -223,31 +236,51 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         # Nothing that arrives after this instant is read in this run.
         self._until = datetime.now(UTC)
+        self._drained = set()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         offset = SourceOffset.from_json(start)
         progress = self._progress()
         read_ids = [sid for sid, pos in offset.shards.items() if pos.quota > 0]
-        recorded = self._driver.run(lambda: progress.get_batch(offset.run, offset.batch, read_ids))
-        state, read = state_after(offset, recorded)
-        self._sync_lease_table(offset.run, state)
-        self._driver.run(lambda: progress.prune(offset.run, offset.batch))
+        stream = self.options.stream_name
+        relist = self._listing_due()
+
+        async def look() -> tuple[dict[str, ShardProgress], list[Shard] | None]:
+            # The batch's progress, the pruning of older batches and (when due) the shard
+            # listing do not depend on each other: one round trip's time for all three.
+            recorded, _, listed = await asyncio.gather(
+                progress.get_batch(offset.run, offset.batch, read_ids),
+                progress.prune(offset.run, offset.batch),
+                self._kinesis().list_shards(stream) if relist else _none(),
+            )
+            return recorded, listed
+
+        recorded, listed = self._driver.run(look)
+        if listed is not None:
+            self._set_listing(listed)
+        done, read = state_after(offset, recorded)
         state = add_new_shards(
-            state,
+            done,
             self.options.starting_position,
-            listed=self._listing(),
+            listed=self._listed,
             reported_children=[child for rec in read.values() for child in rec.children],
         )
         timestamp = parse_time(offset.timestamp)
         until = self._until
+        if until is not None and offset.until == until.isoformat():
+            self._drained |= drained_shards(offset, read)
         candidates = readable_shards(state)
         known = [sid for sid in candidates if sid in read and read[sid].more]
-        unknown = [sid for sid in candidates if sid not in known]
-        stream = self.options.stream_name
+        unknown = [
+            sid
+            for sid in candidates
+            if sid not in known
+            and (until is None or (sid, state[sid].position) not in self._drained)
+        ]
 
         async def probe() -> list[bool]:
-            return list(
-                await asyncio.gather(
+            found, _ = await asyncio.gather(
+                asyncio.gather(
                     *(
                         has_new_records(
                             self._kinesis(),
@@ -259,10 +292,18 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         )
                         for sid in unknown
                     )
-                )
+                ),
+                self._sync_lease_table(offset.run, done),
             )
+            return list(found)
 
-        found = self._driver.run(probe) if unknown else []
+        found = self._driver.run(probe)
+        if until is not None:
+            self._drained |= {
+                (sid, state[sid].position)
+                for sid, has in zip(unknown, found, strict=True)
+                if not has
+            }
         work = known + [sid for sid, has in zip(unknown, found, strict=True) if has]
         if not work:
             return start
@@ -282,7 +323,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return nxt.to_json()
 
-    def _sync_lease_table(self, run: str, state: dict[str, ShardPosition]) -> None:
+    async def _sync_lease_table(self, run: str, state: dict[str, ShardPosition]) -> None:
         # ``latestOffset(start)`` is only called once ``start``'s batch is committed to the sink
         # (a batch left uncommitted is replayed first), so ``state`` is safe to publish. It also
         # covers the last batch of an AvailableNow run, which Spark never ``commit()``s.
@@ -290,7 +331,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if store is None or state == self._lease_state:
             return
         owner = f"{SPARK_OWNER_PREFIX}:{run}"
-        self._driver.run(lambda: write_positions(store, state, owner))
+        await write_positions(store, state, owner)
         self._lease_state = dict(state)
 
     def partitions(
