@@ -1,15 +1,24 @@
-"""Rows/s of the Spark source on a warm backlog against a plain aiobotocore GetRecords loop on the
-same stream in the same run, and the ratio; also the Kinesis sink and the Spark processor.
+"""Rows/s of the Spark source on a 50,000-record backlog against a plain aiobotocore GetRecords
+loop on the same stream in the same run, and the ratios; also the Kinesis sink and the Spark
+processor.
 
-    uv run python benchmarks/spark_throughput.py [--records 50000] [--shards 4] [--profile]
+    uv run python benchmarks/spark_throughput.py [--records 50000] [--shards 4] [--phases]
+        [--shards-per-task 2] [--skip-extras] [--driver] [--profile]
 
 Starts moto's server, writes a backlog, starts a local[2] Spark session, then measures:
 (1) the plain loop: every shard read from TRIM_HORIZON to its end with GetRecords of 10,000,
     shards concurrently, in this process (before and after the Spark runs; the mean counts);
 (2) the ``kinesis`` source draining the backlog with Trigger.AvailableNow into Spark's ``noop``
-    sink, warm (a first query has started Spark's Python workers; a new checkpoint each run);
+    sink (a new checkpoint per run): cold (the session's first query: Spark starts its Python
+    workers) and warm (each timed query follows a short warm-up query in the same session, so
+    the executors' Python workers are up and have imported kclasync; the processes each query
+    starts are listed, from /proc, to show that), each three ways: from ``start()`` to the end,
+    from the first batch's start to the end (a query already running: without the one Python
+    process Spark starts on the driver for every query's source), and over the batches;
+    with the default ``shardsPerTask``, 1 and ``--shards-per-task``;
 (3) the same into parquet; (4) the Kinesis sink copying the backlog into a second stream;
 (5) kclasync workers with ``SparkProcessor`` + ``ParquetSink``.
+``--driver`` times only the source's own driver calls (its reader called as Spark calls it).
 ``--profile`` runs cProfile over one executor-side read of a shard (what a task does) and prints
 the top entries. Everything shares the machine's cores with moto; bounded by ``--timeout``.
 """
@@ -29,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from prometheus_client import CollectorRegistry
@@ -146,13 +155,25 @@ async def plain_loop(local: LocalAws, stream: str) -> tuple[int, float]:
         return sum(counts), time.monotonic() - started
 
 
+class Rates(NamedTuple):
+    """Rows/s of one query, three ways."""
+
+    #: From ``start()`` to the end of ``awaitTermination()``.
+    start_to_end: float
+    #: From the first batch's start to the end: what a query that is already running sees
+    #: (without the query's one-time start: Spark launching the source's Python process on
+    #: the driver, which imports pyspark, botocore and aiohttp).
+    running: float
+    #: Over the batches only (Spark's ``processedRowsPerSecond``): every batch's planning,
+    #: task launches, reads and commits.
+    batches: float
+
+
 def source_run(
     spark: Any, local: LocalAws, stream: str, tmp: str, fmt: str, n: int, per_task: int | None = 1
-) -> tuple[float, float]:
-    """(rows/s from ``start()`` to the end, rows/s over the query's batches). The second is
-    Spark's ``processedRowsPerSecond`` over the run: every batch's planning, task launches,
-    reads and commits, without the query's one-time start (Spark launching the source's
-    Python process on the driver). ``per_task=None``: the source's default ``shardsPerTask``."""
+) -> Rates:
+    """One AvailableNow query over ``stream``. ``per_task=None``: the source's default
+    ``shardsPerTask``."""
     options = {
         "streamName": stream,
         "endpointUrl": local.endpoint_url,
@@ -176,20 +197,16 @@ def source_run(
         elapsed = time.monotonic() - started
     rows = sum(p["numInputRows"] for p in query.recentProgress)
     batches = sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress) / 1000
+    first = query.recentProgress[0]["timestamp"]
+    to_first = datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp() - wall
     if PHASES:
-        first = query.recentProgress[0]["timestamp"] if query.recentProgress else None
-        to_first = (
-            datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp() - wall
-            if first
-            else float("nan")
-        )
         print(
             f"  run {n}: {elapsed:.2f} s from start(), {batches:.2f} s in batches, "
             f"first batch {to_first:.2f} s after start(); processes started: {describe(procs)}"
         )
         for p in query.recentProgress:
             print(f"    batch {p['batchId']}: {p['numInputRows']} rows {dict(p['durationMs'])}")
-    return rows / elapsed, rows / batches
+    return Rates(rows / elapsed, rows / (elapsed - to_first), rows / batches)
 
 
 def sink_copy(spark: Any, local: LocalAws, stream: str, tmp: str, records: int) -> float:
@@ -365,38 +382,48 @@ def main() -> None:
         reuse = spark.sparkContext.getConf().get("spark.python.worker.reuse", "true")
         print(f"spark.python.worker.reuse: {reuse}")
         # Cold: the session's first query (Spark starts its Python workers for it).
-        cold, _ = source_run(spark, local, "bench", tmp, "noop", 0, None)
-        print(f"source -> noop, cold, start() to end (default shardsPerTask): {cold:,.0f} rows/s")
+        cold = source_run(spark, local, "bench", tmp, "noop", 0, None)
         asyncio.run(backlog(local, "warmup", args.shards, 400))
         per_task: list[int | None] = [None, 1, args.shards_per_task]
-        runs: dict[int | None, list[tuple[float, float]]] = {k: [] for k in per_task}
+        runs: dict[int | None, list[Rates]] = {k: [] for k in per_task}
+        timed_started: dict[str, int] = {}
         for i in (1, 2):
             for j, k in enumerate(per_task):
                 # Warm: a short query first, in the same session (its Python workers stay up
-                # and keep kclasync imported), then the timed one on the 50,000 records.
+                # and keep kclasync imported), then the timed one on the same backlog.
                 if PHASES:
                     print(f"  warm-up before run {100 * i + j}:")
                 source_run(spark, local, "warmup", tmp, "noop", 1000 + 100 * i + j, k)
-                runs[k].append(source_run(spark, local, "bench", tmp, "noop", 100 * i + j, k))
+                with new_processes() as procs:
+                    runs[k].append(source_run(spark, local, "bench", tmp, "noop", 100 * i + j, k))
+                for what in procs.values():
+                    if what.startswith("pyspark."):
+                        timed_started[what] = timed_started.get(what, 0) + 1
         n, s = asyncio.run(plain_loop(local, "bench"))
         plain.append(n / s)
         base = sum(plain) / len(plain)
-        print(f"plain aiobotocore loop:                         {base:,.0f} rec/s  {plain}")
-        print(f"ratio cold, start() to end:                     {cold / base:.2f}x")
+        print(f"plain aiobotocore loop (mean of before and after): {base:,.0f} rec/s  {plain}")
+        print("source -> noop, rows/s and ratio to the plain loop:")
+        print(f"  {'run':<34} {'start() to end':>20} {'from 1st batch':>20} {'over batches':>20}")
+
+        def row(name: str, r: Rates) -> None:
+            cells = [f"{v:,.0f} {v / base:.2f}x" for v in r]
+            print(f"  {name:<34} {cells[0]:>20} {cells[1]:>20} {cells[2]:>20}")
+
+        print(
+            f"  Python processes started by the {2 * len(per_task)} warm timed queries: "
+            f"{timed_started}"
+        )
+        row("cold (session's 1st query), default", cold)
         for k in per_task:
-            warm = [end_to_end for end_to_end, _ in runs[k]]
-            running = [in_batches for _, in_batches in runs[k]]
-            best, best_running = max(warm), max(running)
-            print(f"shardsPerTask={'default' if k is None else k}:")
-            print(f"  source -> noop, warm, start() to end (best of 2): {best:,.0f} rows/s  {warm}")
-            print(
-                f"  source -> noop, warm, over its batches (best of 2): {best_running:,.0f} "
-                f"rows/s  {running}"
-            )
-            print(f"  ratio warm, start() to end:                   {best / base:.2f}x")
-            print(f"  ratio warm, over its batches:                 {best_running / base:.2f}x")
+            name = "default" if k is None else str(k)
+            for field in ("start_to_end", "running", "batches"):
+                each = [round(getattr(r, field)) for r in runs[k]]
+                print(f"    shardsPerTask={name} {field}: {each}")
+            best = Rates(*(max(getattr(r, f) for r in runs[k]) for f in Rates._fields))
+            row(f"warm, shardsPerTask={name} (best of 2)", best)
         if not args.skip_extras:
-            rate, _ = source_run(spark, local, "bench", tmp, "parquet", 3)
+            rate = source_run(spark, local, "bench", tmp, "parquet", 3).start_to_end
             print(f"source -> parquet, warm:                        {rate:,.0f} rows/s")
             rate = sink_copy(spark, local, "bench", tmp, args.records)
             print(f"source -> kinesis sink (copy to a 2nd stream):  {rate:,.0f} rows/s")
