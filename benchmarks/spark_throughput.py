@@ -30,6 +30,7 @@ import asyncio
 import cProfile
 import os
 import pstats
+import subprocess
 import sys
 import tempfile
 import threading
@@ -305,6 +306,20 @@ def driver_calls(local: LocalAws, stream: str, repeat: int = 5) -> None:
         total += median
         print(f"  driver: {name:<36} {1000 * median:7.0f} ms (median of {repeat})")
     print(f"  driver: {'total':<36} {1000 * total:7.0f} ms")
+    # What Spark's per-query Python process for the source pays before the reader exists: a
+    # fresh interpreter importing Spark's runner, then the source (botocore, aiohttp, kclasync).
+    runner = "import pyspark.sql.streaming.python_streaming_source_runner"
+    for label, code in (
+        ("python + Spark's source runner", runner),
+        ("  + import kclasync.spark.source", f"{runner}; import kclasync.spark.source"),
+    ):
+        took = []
+        for _ in range(repeat):
+            started = time.monotonic()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            took.append(time.monotonic() - started)
+        median = statistics.median(took)
+        print(f"  process: {label:<35} {1000 * median:7.0f} ms (median of {repeat})")
 
 
 def profile_task(local: LocalAws, stream: str) -> None:
