@@ -267,7 +267,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         timestamp = parse_time(offset.timestamp)
         until = self._until
-        if until is not None and offset.until == until.isoformat():
+        polling = self.options.consumer_type is ConsumerType.POLLING
+        if polling and until is not None and offset.until == until.isoformat():
+            # Only GetRecords reads: a read that ends on it stopped on the same sign a probe
+            # would give (an empty page at the tip), while a SubscribeToShard event may be
+            # empty and at the tip before the records behind it are sent.
             self._drained |= drained_shards(offset, read)
         candidates = readable_shards(state)
         known = [sid for sid in candidates if sid in read and read[sid].more]
