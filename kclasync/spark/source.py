@@ -269,9 +269,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         until = self._until
         polling = self.options.consumer_type is ConsumerType.POLLING
         if polling and until is not None and offset.until == until.isoformat():
-            # Only GetRecords reads: a read that ends on it stopped on the same sign a probe
-            # would give (an empty page at the tip), while a SubscribeToShard event may be
-            # empty and at the tip before the records behind it are sent.
+            # Only GetRecords reads: one that ends caught up saw what a probe would see (an
+            # empty page at the tip); a fan-out read also ends "caught up" when no event came
+            # in time (``fanout_pages``), which proves nothing.
             self._drained |= drained_shards(offset, read)
         candidates = readable_shards(state)
         known = [sid for sid in candidates if sid in read and read[sid].more]
