@@ -9,20 +9,19 @@ Must not: hold lineage rules of its own (they come from ``kclasync._core.shard_l
 ``shard_end``).
 
 Spark constructs the reader on the driver and again on the executors, so AWS clients are made
-lazily: on the driver a private event loop keeps one client for the query; on an executor the
-Python worker's clients (``kclasync.spark.worker_io``) serve every task it runs.
+lazily: on the driver ``kclasync.spark.driver_io`` keeps one set for the query; on an executor
+the Python worker's clients (``kclasync.spark.worker_io``) serve every task it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -33,12 +32,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from kclasync._adapters.dynamodb import DynamoLeaseStore
-from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._core.position import InitialPositionKind
 from kclasync._core.shard import Shard
 from kclasync.spark.checks import check_sink, check_source
+from kclasync.spark.driver_io import DriverIO
 from kclasync.spark.fetch import has_new_records
 from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter, check_columns
 from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions
@@ -54,7 +52,7 @@ from kclasync.spark.offsets import (
     state_after,
 )
 from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
-from kclasync.spark.progress import ProgressStore, open_progress_store
+from kclasync.spark.progress import ProgressStore
 from kclasync.spark.schema import SCHEMA_DDL
 from kclasync.spark.shard_task import (
     ShardGroupPartition,
@@ -75,52 +73,6 @@ __all__ = [
 
 log = logging.getLogger("kclasync.spark")
 
-T = TypeVar("T")
-
-
-class _DriverIO:
-    """The driver's AWS clients on a private event loop (Spark calls the reader synchronously)."""
-
-    def __init__(self, options: SourceOptions) -> None:
-        self._options = options
-        self._loop = asyncio.new_event_loop()
-        self._stack = contextlib.AsyncExitStack()
-        self.kinesis: KinesisStreamClient | None = None
-        self.fanout: FanOutClient | None = None
-        self.leases: DynamoLeaseStore | None = None
-        self.progress: ProgressStore | None = None
-        self.run(self._open)
-
-    async def _open(self) -> None:
-        client_options = self._options.aws.client_options()
-        session = client_options.new_session()  # one set of service models for every client
-        kinesis = await self._stack.enter_async_context(
-            client_options.create_client("kinesis", session)
-        )
-        self.kinesis = KinesisStreamClient(kinesis)
-        self.fanout = FanOutClient(kinesis)
-        opts = self._options
-        self.progress = await open_progress_store(
-            self._stack, opts.aws, opts.metadata_path, opts.progress_table, session=session
-        )
-        if self._options.lease_table:
-            ddb = await self._stack.enter_async_context(
-                client_options.create_client("dynamodb", session)
-            )
-            self.leases = DynamoLeaseStore(ddb, self._options.lease_table)
-            await self.leases.ensure_table()
-
-    def run(self, make: Callable[[], Awaitable[T]]) -> T:
-        async def call() -> T:
-            return await make()
-
-        return self._loop.run_until_complete(call())
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.run(self._stack.aclose)
-        self._loop.close()
-
 
 async def _none() -> None:
     return None
@@ -132,7 +84,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, latest_at: datetime | None = None) -> None:
         self.options = options
         self.latest_at = latest_at
-        self._io: _DriverIO | None = None
+        self._io: DriverIO | None = None
         self._listed: list[Shard] | None = None
         self._listed_at = float("-inf")
         self._until: datetime | None = None
@@ -150,9 +102,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.__init__(state["options"])  # type: ignore[misc]
 
     @property
-    def _driver(self) -> _DriverIO:
+    def _driver(self) -> DriverIO:
         if self._io is None:
-            self._io = _DriverIO(self.options)
+            self._io = DriverIO(self.options)
         return self._io
 
     def _kinesis(self) -> KinesisStreamClient:
