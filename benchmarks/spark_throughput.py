@@ -1,15 +1,24 @@
-"""Rows/s of the Spark source on a warm backlog against a plain aiobotocore GetRecords loop on the
-same stream in the same run, and the ratio; also the Kinesis sink and the Spark processor.
+"""Rows/s of the Spark source on a 50,000-record backlog against a plain aiobotocore GetRecords
+loop on the same stream in the same run, and the ratios; also the Kinesis sink and the Spark
+processor.
 
-    uv run python benchmarks/spark_throughput.py [--records 50000] [--shards 4] [--profile]
+    uv run python benchmarks/spark_throughput.py [--records 50000] [--shards 4] [--phases]
+        [--shards-per-task 2] [--skip-extras] [--driver] [--profile]
 
 Starts moto's server, writes a backlog, starts a local[2] Spark session, then measures:
 (1) the plain loop: every shard read from TRIM_HORIZON to its end with GetRecords of 10,000,
     shards concurrently, in this process (before and after the Spark runs; the mean counts);
 (2) the ``kinesis`` source draining the backlog with Trigger.AvailableNow into Spark's ``noop``
-    sink, warm (a first query has started Spark's Python workers; a new checkpoint each run);
+    sink (a new checkpoint per run): cold (the session's first query: Spark starts its Python
+    workers) and warm (each timed query follows a short warm-up query in the same session, so
+    the executors' Python workers are up and have imported kclasync; the processes each query
+    starts are listed, from /proc, to show that), each three ways: from ``start()`` to the end,
+    from the first batch's start to the end (a query already running: without the one Python
+    process Spark starts on the driver for every query's source), and over the batches;
+    with the default ``shardsPerTask``, 1 and ``--shards-per-task``;
 (3) the same into parquet; (4) the Kinesis sink copying the backlog into a second stream;
 (5) kclasync workers with ``SparkProcessor`` + ``ParquetSink``.
+``--driver`` times only the source's own driver calls (its reader called as Spark calls it).
 ``--profile`` runs cProfile over one executor-side read of a shard (what a task does) and prints
 the top entries. Everything shares the machine's cores with moto; bounded by ``--timeout``.
 """
@@ -21,22 +30,93 @@ import asyncio
 import cProfile
 import os
 import pstats
+import subprocess
 import sys
 import tempfile
+import threading
 import time
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from functools import partial
+from typing import Any, NamedTuple
 
 import orjson
 from prometheus_client import CollectorRegistry
 
+import kclasync
 from kclasync import Consumer, ConsumerConfig
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.testing.emulators import LocalAws, moto_process
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kclasync.__file__)))
 
 #: Print each run's batches and Spark's time per phase (``--phases``).
 PHASES = False
 
 AWS = {"region": "us-east-1", "awsAccessKeyId": "testing", "awsSecretKey": "testing"}
+
+
+def _descendants() -> dict[int, str]:
+    """This process's descendants (pid -> what runs in it), from /proc."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+        words = [a.decode(errors="replace") for a in argv if a]
+        module = [w for w in words if w.startswith("pyspark.")]
+        program = os.path.basename(words[0]) if words else "?"
+        commands[int(entry)] = module[-1] if module else program
+    mine = {os.getpid()}
+    changed = True
+    while changed:
+        changed = False
+        for pid, parent in parents.items():
+            if parent in mine and pid not in mine:
+                mine.add(pid)
+                changed = True
+    mine.discard(os.getpid())
+    return {pid: commands[pid] for pid in mine}
+
+
+@contextmanager
+def new_processes() -> Iterator[dict[int, str]]:
+    """The processes this process's tree starts inside the block (sampled every 20 ms): Python
+    workers Spark reuses do not show up; a worker (or driver-side runner) it starts does."""
+    before = _descendants()
+    seen: dict[int, str] = {}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            for pid, what in _descendants().items():
+                # A process Spark spawns runs a helper first, then execs into Python.
+                if pid not in before and (pid not in seen or what.startswith("pyspark.")):
+                    seen[pid] = what
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join()
+
+
+def describe(procs: dict[int, str]) -> str:
+    kinds: dict[str, int] = {}
+    for what in procs.values():
+        kinds[what] = kinds.get(what, 0) + 1
+    return ", ".join(f"{n} x {what}" for what, n in sorted(kinds.items())) or "none"
 
 
 async def backlog(local: LocalAws, stream: str, shards: int, records: int) -> None:
@@ -76,20 +156,32 @@ async def plain_loop(local: LocalAws, stream: str) -> tuple[int, float]:
         return sum(counts), time.monotonic() - started
 
 
+class Rates(NamedTuple):
+    """Rows/s of one query, three ways."""
+
+    #: From ``start()`` to the end of ``awaitTermination()``.
+    start_to_end: float
+    #: From the first batch's start to the end: what a query that is already running sees
+    #: (without the query's one-time start: Spark launching the source's Python process on
+    #: the driver, which imports pyspark, botocore and aiohttp).
+    running: float
+    #: Over the batches only (Spark's ``processedRowsPerSecond``): every batch's planning,
+    #: task launches, reads and commits.
+    batches: float
+
+
 def source_run(
-    spark: Any, local: LocalAws, stream: str, tmp: str, fmt: str, n: int, per_task: int = 1
-) -> tuple[float, float]:
-    """(rows/s from ``start()`` to the end, rows/s over the query's batches). The second is
-    Spark's ``processedRowsPerSecond`` over the run: every batch's planning, task launches,
-    reads and commits, without the query's one-time start (Spark launching the source's
-    Python process on the driver)."""
+    spark: Any, local: LocalAws, stream: str, tmp: str, fmt: str, n: int, per_task: int | None = 1
+) -> Rates:
+    """One AvailableNow query over ``stream``. ``per_task=None``: the source's default
+    ``shardsPerTask``."""
     options = {
         "streamName": stream,
         "endpointUrl": local.endpoint_url,
         "startingPosition": "TRIM_HORIZON",
         "maxRecordsPerShard": "100000",
         "maxFetchTimePerShardSec": "60",
-        "shardsPerTask": str(per_task),
+        **({"shardsPerTask": str(per_task)} if per_task is not None else {}),
         **AWS,
     }
     df = spark.readStream.format("kinesis").options(**options).load()
@@ -98,17 +190,24 @@ def source_run(
     )
     if fmt == "parquet":
         writer = writer.option("path", os.path.join(tmp, f"out-source-{n}"))
-    started = time.monotonic()
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
-    elapsed = time.monotonic() - started
+    with new_processes() as procs:
+        wall = time.time()
+        started = time.monotonic()
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+        elapsed = time.monotonic() - started
     rows = sum(p["numInputRows"] for p in query.recentProgress)
     batches = sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress) / 1000
+    first = query.recentProgress[0]["timestamp"]
+    to_first = datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp() - wall
     if PHASES:
-        print(f"  run {n}: {elapsed:.2f} s from start(), {batches:.2f} s in batches")
+        print(
+            f"  run {n}: {elapsed:.2f} s from start(), {batches:.2f} s in batches, "
+            f"first batch {to_first:.2f} s after start(); processes started: {describe(procs)}"
+        )
         for p in query.recentProgress:
             print(f"    batch {p['batchId']}: {p['numInputRows']} rows {dict(p['durationMs'])}")
-    return rows / elapsed, rows / batches
+    return Rates(rows / elapsed, rows / (elapsed - to_first), rows / batches)
 
 
 def sink_copy(spark: Any, local: LocalAws, stream: str, tmp: str, records: int) -> float:
@@ -159,6 +258,70 @@ async def processor_run(spark: Any, local: LocalAws, stream: str, tmp: str, reco
     return written / (time.monotonic() - started)
 
 
+def driver_calls(local: LocalAws, stream: str, repeat: int = 5) -> None:
+    """The source's own driver work for one AvailableNow query, timed by calling its reader
+    as Spark does (the executors' reads in between are not counted): median of ``repeat``."""
+    import statistics
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from kclasync.spark.checks import check_source
+    from kclasync.spark.shard_task import arrow_batches
+    from kclasync.spark.source import KinesisStreamReader, SourceOptions
+
+    options = SourceOptions.parse(
+        {
+            "streamName": stream,
+            "endpointUrl": local.endpoint_url,
+            "startingPosition": "TRIM_HORIZON",
+            "maxRecordsPerShard": "100000",
+            **AWS,
+        }
+    )
+    check_source(options)  # what load() does: creates the progress table
+    phases: dict[str, list[float]] = {}
+    everything = ReadAllAvailable()
+
+    def timed(name: str, call: Any) -> Any:
+        started = time.monotonic()
+        out = call()
+        phases.setdefault(name, []).append(time.monotonic() - started)
+        return out
+
+    for _ in range(repeat):
+        reader = KinesisStreamReader(options)
+        first = timed("initialOffset (opens the clients)", reader.initialOffset)
+        reader.prepareForTriggerAvailableNow()
+        end = timed("latestOffset, the batch", partial(reader.latestOffset, first, everything))
+        parts = timed("partitions", partial(reader.partitions, first, end))
+        for part in parts:  # the executors' work, not timed
+            for _batch in arrow_batches(part):
+                pass
+        last = timed("latestOffset, nothing more", partial(reader.latestOffset, end, everything))
+        assert last == end, "the final planning found more to read"
+        timed("stop", reader.stop)
+    total = 0.0
+    for name, seconds in phases.items():
+        median = statistics.median(seconds)
+        total += median
+        print(f"  driver: {name:<36} {1000 * median:7.0f} ms (median of {repeat})")
+    print(f"  driver: {'total':<36} {1000 * total:7.0f} ms")
+    # What Spark's per-query Python process for the source pays before the reader exists: a
+    # fresh interpreter importing Spark's runner, then the source (botocore, aiohttp, kclasync).
+    runner = "import pyspark.sql.streaming.python_streaming_source_runner"
+    for label, code in (
+        ("python + Spark's source runner", runner),
+        ("  + import kclasync.spark.source", f"{runner}; import kclasync.spark.source"),
+    ):
+        took = []
+        for _ in range(repeat):
+            started = time.monotonic()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            took.append(time.monotonic() - started)
+        median = statistics.median(took)
+        print(f"  process: {label:<35} {1000 * median:7.0f} ms (median of {repeat})")
+
+
 def profile_task(local: LocalAws, stream: str) -> None:
     """One executor-side read of the first shard, under cProfile."""
     from kclasync.spark.fetch import read_shard
@@ -191,6 +354,9 @@ def main() -> None:
         help="also measure the source with this shardsPerTask (local[2]: 2 reads all 4 at once)",
     )
     parser.add_argument("--phases", action="store_true", help="Spark's time per batch phase")
+    parser.add_argument(
+        "--driver", action="store_true", help="only time the source's driver calls, then exit"
+    )
     parser.add_argument("--skip-extras", action="store_true", help="only the source vs plain")
     parser.add_argument("--timeout", type=float, default=900.0)
     args = parser.parse_args()
@@ -205,6 +371,10 @@ def main() -> None:
         asyncio.run(backlog(local, "bench", args.shards, args.records))
         if args.profile:
             profile_task(local, "bench")
+        if args.driver:
+            print(f"kclasync from {ROOT}")
+            driver_calls(local, "bench")
+            return
         n, s = asyncio.run(plain_loop(local, "bench"))
         assert n == args.records, f"plain loop read {n} of {args.records}"
         plain = [n / s]
@@ -223,32 +393,52 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
-        print(f"spark session start: {time.monotonic() - started:.1f} s")
-        cold, _ = source_run(spark, local, "bench", tmp, "noop", 0)
-        print(f"source -> noop, cold (Python workers start):   {cold:,.0f} rows/s")
-        per_task = sorted({1, args.shards_per_task})
-        runs = {
-            k: [source_run(spark, local, "bench", tmp, "noop", 10 * k + i, k) for i in (1, 2)]
-            for k in per_task
-        }
+        print(f"spark session start: {time.monotonic() - started:.1f} s (kclasync from {ROOT})")
+        reuse = spark.sparkContext.getConf().get("spark.python.worker.reuse", "true")
+        print(f"spark.python.worker.reuse: {reuse}")
+        # Cold: the session's first query (Spark starts its Python workers for it).
+        cold = source_run(spark, local, "bench", tmp, "noop", 0, None)
+        asyncio.run(backlog(local, "warmup", args.shards, 400))
+        per_task: list[int | None] = [None, 1, args.shards_per_task]
+        runs: dict[int | None, list[Rates]] = {k: [] for k in per_task}
+        timed_started: dict[str, int] = {}
+        for i in (1, 2):
+            for j, k in enumerate(per_task):
+                # Warm: a short query first, in the same session (its Python workers stay up
+                # and keep kclasync imported), then the timed one on the same backlog.
+                if PHASES:
+                    print(f"  warm-up before run {100 * i + j}:")
+                source_run(spark, local, "warmup", tmp, "noop", 1000 + 100 * i + j, k)
+                with new_processes() as procs:
+                    runs[k].append(source_run(spark, local, "bench", tmp, "noop", 100 * i + j, k))
+                for what in procs.values():
+                    if what.startswith("pyspark."):
+                        timed_started[what] = timed_started.get(what, 0) + 1
         n, s = asyncio.run(plain_loop(local, "bench"))
         plain.append(n / s)
         base = sum(plain) / len(plain)
-        print(f"plain aiobotocore loop:                         {base:,.0f} rec/s  {plain}")
+        print(f"plain aiobotocore loop (mean of before and after): {base:,.0f} rec/s  {plain}")
+        print("source -> noop, rows/s and ratio to the plain loop:")
+        print(f"  {'run':<34} {'start() to end':>20} {'from 1st batch':>20} {'over batches':>20}")
+
+        def row(name: str, r: Rates) -> None:
+            cells = [f"{v:,.0f} {v / base:.2f}x" for v in r]
+            print(f"  {name:<34} {cells[0]:>20} {cells[1]:>20} {cells[2]:>20}")
+
+        print(
+            f"  Python processes started by the {2 * len(per_task)} warm timed queries: "
+            f"{timed_started}"
+        )
+        row("cold (session's 1st query), default", cold)
         for k in per_task:
-            warm = [end_to_end for end_to_end, _ in runs[k]]
-            running = [in_batches for _, in_batches in runs[k]]
-            best, best_running = max(warm), max(running)
-            print(f"shardsPerTask={k}:")
-            print(f"  source -> noop, warm, start() to end (best of 2): {best:,.0f} rows/s  {warm}")
-            print(
-                f"  source -> noop, warm, over its batches (best of 2): {best_running:,.0f} "
-                f"rows/s  {running}"
-            )
-            print(f"  ratio source / plain loop, start() to end:      {best / base:.2f}x")
-            print(f"  ratio source / plain loop, over its batches:    {best_running / base:.2f}x")
+            name = "default" if k is None else str(k)
+            for field in ("start_to_end", "running", "batches"):
+                each = [round(getattr(r, field)) for r in runs[k]]
+                print(f"    shardsPerTask={name} {field}: {each}")
+            best = Rates(*(max(getattr(r, f) for r in runs[k]) for f in Rates._fields))
+            row(f"warm, shardsPerTask={name} (best of 2)", best)
         if not args.skip_extras:
-            rate, _ = source_run(spark, local, "bench", tmp, "parquet", 3)
+            rate = source_run(spark, local, "bench", tmp, "parquet", 3).start_to_end
             print(f"source -> parquet, warm:                        {rate:,.0f} rows/s")
             rate = sink_copy(spark, local, "bench", tmp, args.records)
             print(f"source -> kinesis sink (copy to a 2nd stream):  {rate:,.0f} rows/s")

@@ -291,6 +291,23 @@ def readable_shards(state: Mapping[str, ShardPosition]) -> list[str]:
     )
 
 
+def drained_shards(offset: SourceOffset, read: Mapping[str, ShardProgress]) -> set[tuple[str, str]]:
+    """With Trigger.AvailableNow (``offset.until`` set) and GetRecords reads: the (shard,
+    position after the batch) pairs that ``offset``'s batch read to the run's cutoff. A read
+    that stopped neither at its quota or time limit (``more``) nor at SHARD_END stopped at the
+    first record that arrived after ``until`` or at the shard's tip (an empty page, nothing
+    behind), and it ran after ``until``: nothing that arrived by ``until`` is left after that
+    position, so the run's next planning need not ask the shard again (a record that only
+    becomes readable later is read by the next run)."""
+    if offset.until is None:
+        return set()
+    return {
+        (sid, rec.end)
+        for sid, rec in read.items()
+        if not rec.more and not rec.ended and offset.shards[sid].quota > 0
+    }
+
+
 def allocate_quotas(
     shards: Sequence[str], *, per_shard: int, per_batch: int | None, batch: int
 ) -> dict[str, int]:

@@ -9,20 +9,19 @@ Must not: hold lineage rules of its own (they come from ``kclasync._core.shard_l
 ``shard_end``).
 
 Spark constructs the reader on the driver and again on the executors, so AWS clients are made
-lazily: on the driver a private event loop keeps one client for the query; on an executor the
-Python worker's clients (``kclasync.spark.worker_io``) serve every task it runs.
+lazily: on the driver ``kclasync.spark.driver_io`` keeps one set for the query; on an executor
+the Python worker's clients (``kclasync.spark.worker_io``) serve every task it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -33,26 +32,27 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from kclasync._adapters.dynamodb import DynamoLeaseStore
-from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._core.position import InitialPositionKind
 from kclasync._core.shard import Shard
 from kclasync.spark.checks import check_sink, check_source
+from kclasync.spark.driver_io import DriverIO
 from kclasync.spark.fetch import has_new_records
 from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter, check_columns
 from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions
 from kclasync.spark.offsets import (
     ShardPosition,
+    ShardProgress,
     SourceOffset,
     add_new_shards,
     allocate_quotas,
+    drained_shards,
     initial_positions,
     readable_shards,
     state_after,
 )
 from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
-from kclasync.spark.progress import ProgressStore, open_progress_store
+from kclasync.spark.progress import ProgressStore
 from kclasync.spark.schema import SCHEMA_DDL
 from kclasync.spark.shard_task import (
     ShardGroupPartition,
@@ -73,51 +73,9 @@ __all__ = [
 
 log = logging.getLogger("kclasync.spark")
 
-T = TypeVar("T")
 
-
-class _DriverIO:
-    """The driver's AWS clients on a private event loop (Spark calls the reader synchronously)."""
-
-    def __init__(self, options: SourceOptions) -> None:
-        self._options = options
-        self._loop = asyncio.new_event_loop()
-        self._stack = contextlib.AsyncExitStack()
-        self.kinesis: KinesisStreamClient | None = None
-        self.fanout: FanOutClient | None = None
-        self.leases: DynamoLeaseStore | None = None
-        self.progress: ProgressStore | None = None
-        self.run(self._open)
-
-    async def _open(self) -> None:
-        client_options = self._options.aws.client_options()
-        session = client_options.new_session()  # one set of service models for every client
-        kinesis = await self._stack.enter_async_context(
-            client_options.create_client("kinesis", session)
-        )
-        self.kinesis = KinesisStreamClient(kinesis)
-        self.fanout = FanOutClient(kinesis)
-        opts = self._options
-        self.progress = await open_progress_store(
-            self._stack, opts.aws, opts.metadata_path, opts.progress_table, session=session
-        )
-        if self._options.lease_table:
-            ddb = await self._stack.enter_async_context(
-                client_options.create_client("dynamodb", session)
-            )
-            self.leases = DynamoLeaseStore(ddb, self._options.lease_table)
-            await self.leases.ensure_table()
-
-    def run(self, make: Callable[[], Awaitable[T]]) -> T:
-        async def call() -> T:
-            return await make()
-
-        return self._loop.run_until_complete(call())
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.run(self._stack.aclose)
-        self._loop.close()
+async def _none() -> None:
+    return None
 
 
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -126,10 +84,13 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, latest_at: datetime | None = None) -> None:
         self.options = options
         self.latest_at = latest_at
-        self._io: _DriverIO | None = None
+        self._io: DriverIO | None = None
         self._listed: list[Shard] | None = None
         self._listed_at = float("-inf")
         self._until: datetime | None = None
+        #: AvailableNow: (shard, position) pairs known to hold nothing that arrived by
+        #: ``_until`` (``drained_shards``), so the run's last planning need not probe them.
+        self._drained: set[tuple[str, str]] = set()
         self._lease_state: dict[str, ShardPosition] | None = None
         self._consumer_arn: str | None = None
 
@@ -141,9 +102,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.__init__(state["options"])  # type: ignore[misc]
 
     @property
-    def _driver(self) -> _DriverIO:
+    def _driver(self) -> DriverIO:
         if self._io is None:
-            self._io = _DriverIO(self.options)
+            self._io = DriverIO(self.options)
         return self._io
 
     def _kinesis(self) -> KinesisStreamClient:
@@ -156,18 +117,22 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert progress is not None
         return progress
 
+    def _listing_due(self) -> bool:
+        return (
+            self._listed is None
+            or time.monotonic() - self._listed_at >= self.options.shard_list_interval
+        )
+
     def _listing(self, force: bool = False) -> list[Shard] | None:
         """The stream's shards, listed again at most every ``shardListIntervalSec``."""
-        now = time.monotonic()
-        if (
-            force
-            or self._listed is None
-            or now - self._listed_at >= self.options.shard_list_interval
-        ):
+        if force or self._listing_due():
             stream = self.options.stream_name
-            self._listed = self._driver.run(lambda: self._kinesis().list_shards(stream))
-            self._listed_at = now
+            self._set_listing(self._driver.run(lambda: self._kinesis().list_shards(stream)))
         return self._listed
+
+    def _set_listing(self, listed: list[Shard]) -> None:
+        self._listed = listed
+        self._listed_at = time.monotonic()
 
     def _fanout_consumer(self) -> str | None:
         """With ``consumerType=EFO``: the stream consumer's ARN, registered (or the existing one
@@ -223,31 +188,55 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         # Nothing that arrives after this instant is read in this run.
         self._until = datetime.now(UTC)
+        self._drained = set()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         offset = SourceOffset.from_json(start)
         progress = self._progress()
         read_ids = [sid for sid, pos in offset.shards.items() if pos.quota > 0]
-        recorded = self._driver.run(lambda: progress.get_batch(offset.run, offset.batch, read_ids))
-        state, read = state_after(offset, recorded)
-        self._sync_lease_table(offset.run, state)
-        self._driver.run(lambda: progress.prune(offset.run, offset.batch))
+        stream = self.options.stream_name
+        relist = self._listing_due()
+
+        async def look() -> tuple[dict[str, ShardProgress], list[Shard] | None]:
+            # The batch's progress, the pruning of older batches and (when due) the shard
+            # listing do not depend on each other: one round trip's time for all three.
+            recorded, _, listed = await asyncio.gather(
+                progress.get_batch(offset.run, offset.batch, read_ids),
+                progress.prune(offset.run, offset.batch),
+                self._kinesis().list_shards(stream) if relist else _none(),
+            )
+            return recorded, listed
+
+        recorded, listed = self._driver.run(look)
+        if listed is not None:
+            self._set_listing(listed)
+        done, read = state_after(offset, recorded)
         state = add_new_shards(
-            state,
+            done,
             self.options.starting_position,
-            listed=self._listing(),
+            listed=self._listed,
             reported_children=[child for rec in read.values() for child in rec.children],
         )
         timestamp = parse_time(offset.timestamp)
         until = self._until
+        polling = self.options.consumer_type is ConsumerType.POLLING
+        if polling and until is not None and offset.until == until.isoformat():
+            # Only GetRecords reads: one that ends caught up saw what a probe would see (an
+            # empty page at the tip); a fan-out read also ends "caught up" when no event came
+            # in time (``fanout_pages``), which proves nothing.
+            self._drained |= drained_shards(offset, read)
         candidates = readable_shards(state)
         known = [sid for sid in candidates if sid in read and read[sid].more]
-        unknown = [sid for sid in candidates if sid not in known]
-        stream = self.options.stream_name
+        unknown = [
+            sid
+            for sid in candidates
+            if sid not in known
+            and (until is None or (sid, state[sid].position) not in self._drained)
+        ]
 
         async def probe() -> list[bool]:
-            return list(
-                await asyncio.gather(
+            found, _ = await asyncio.gather(
+                asyncio.gather(
                     *(
                         has_new_records(
                             self._kinesis(),
@@ -259,10 +248,18 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         )
                         for sid in unknown
                     )
-                )
+                ),
+                self._sync_lease_table(offset.run, done),
             )
+            return list(found)
 
-        found = self._driver.run(probe) if unknown else []
+        found = self._driver.run(probe)
+        if until is not None:
+            self._drained |= {
+                (sid, state[sid].position)
+                for sid, has in zip(unknown, found, strict=True)
+                if not has
+            }
         work = known + [sid for sid, has in zip(unknown, found, strict=True) if has]
         if not work:
             return start
@@ -282,7 +279,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return nxt.to_json()
 
-    def _sync_lease_table(self, run: str, state: dict[str, ShardPosition]) -> None:
+    async def _sync_lease_table(self, run: str, state: dict[str, ShardPosition]) -> None:
         # ``latestOffset(start)`` is only called once ``start``'s batch is committed to the sink
         # (a batch left uncommitted is replayed first), so ``state`` is safe to publish. It also
         # covers the last batch of an AvailableNow run, which Spark never ``commit()``s.
@@ -290,7 +287,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if store is None or state == self._lease_state:
             return
         owner = f"{SPARK_OWNER_PREFIX}:{run}"
-        self._driver.run(lambda: write_positions(store, state, owner))
+        await write_positions(store, state, owner)
         self._lease_state = dict(state)
 
     def partitions(
