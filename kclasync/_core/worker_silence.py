@@ -88,6 +88,9 @@ class HeartbeatView:
     """What this worker knows of the other workers' heartbeats."""
 
     beats: Mapping[str, Beat] = attrs.field(factory=dict)
+    #: At least one registry read was folded in (so a new entry is a worker that joined, not
+    #: one that was there before this worker started).
+    read: bool = False
 
     def silent_workers(self) -> frozenset[str]:
         return frozenset(w for w, beat in self.beats.items() if beat.silent)
@@ -108,6 +111,9 @@ class HeartbeatChange:
     #: Watched workers whose entry is gone (a graceful stop deletes it after releasing its
     #: leases): a taking round now finds those leases unowned.
     left: frozenset[str] = frozenset()
+    #: Workers whose entry appeared since the last read (none on the first read): a taking
+    #: round now gives them their share, rather than at the next periodic scan.
+    joined: frozenset[str] = frozenset()
 
 
 def watch_heartbeats(
@@ -119,12 +125,13 @@ def watch_heartbeats(
     sent: float | None = None,
 ) -> HeartbeatChange:
     """Fold a read of the registry into the view; return the new view, the workers that just
-    went silent and those that left. The read was sent at ``sent`` (default ``now``) and
-    answered at ``now``: a new value is stamped with ``now`` (it was written before then) and
-    silence is measured up to ``sent`` (nothing new was visible then), so a slow read or a
-    stalled server never makes a heartbeat look silent. Entries without a heartbeat period
-    (Java workers, kclasync workers reporting only with their renewals) and this worker's own
-    are not watched; a worker that left the registry is forgotten."""
+    went silent, those that left and those that joined (none on the first read). The read was
+    sent at ``sent`` (default ``now``) and answered at ``now``: a new value is stamped with
+    ``now`` (it was written before then) and silence is measured up to ``sent`` (nothing new was
+    visible then), so a slow read or a stalled server never makes a heartbeat look silent.
+    Entries without a heartbeat period (Java workers, kclasync workers reporting only with their
+    renewals) and this worker's own are not watched; a worker that left the registry is
+    forgotten."""
     asked = now if sent is None else sent
     beats: dict[str, Beat] = {}
     newly: set[str] = set()
@@ -148,7 +155,8 @@ def watch_heartbeats(
     left = frozenset(
         w for w, beat in previous.beats.items() if w not in beats and w != me and not beat.silent
     )
-    return HeartbeatChange(HeartbeatView(beats), frozenset(newly), left)
+    joined = frozenset(w for w in beats if w not in previous.beats and previous.read)
+    return HeartbeatChange(HeartbeatView(beats, read=True), frozenset(newly), left, joined)
 
 
 def worth_following(

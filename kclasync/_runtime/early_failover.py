@@ -14,10 +14,10 @@ Silent workers this worker never saw heartbeat and whose leases its last scan di
 (dead before it started) are not followed (``worth_following``). The leader removes the entries
 of workers long silent and owning nothing (``stale_entries``), conditional on the silent value.
 
-A worker that left the registry (a graceful stop deletes its entry after releasing its leases)
-wakes the taker, so released leases are taken at once rather than at the next periodic scan;
-so do expired leases that no plan of this worker's took in a few rounds, and a follower whose
-reads failed.
+A worker that joined the registry, or left it (a graceful stop deletes its entry after releasing
+its leases), wakes the taker, so a newcomer gets its share and released leases are taken at once
+rather than at the next periodic scan; so do expired leases that no plan of this worker's took in a
+few rounds, and a follower whose reads failed.
 
 Owns: the heartbeat loop, the followers, the removal of dead entries, and their counters (for
 the benchmarks and the simulation report). Must not: judge expiry or choose leases itself
@@ -123,8 +123,9 @@ class EarlyFailover:
         self.registry_reads += 1
         change = watch_heartbeats(self.view, entries, holder.worker_id, holder.now(), sent=sent)
         self.view = change.view
-        if change.left and self._wake_taker is not None:
-            self._wake_taker()  # released leases: a taking round now, not at the next period
+        if (change.left or change.joined) and self._wake_taker is not None:
+            # Released leases, or a newcomer's share: a taking round now, not at the next period.
+            self._wake_taker()
         silent = change.silent - self._following
         follow = worth_following(silent, self.view, holder.taking.last_scan)
         self.skipped_silences += len(silent - follow)

@@ -121,6 +121,18 @@ def test_a_worker_that_left_the_registry_is_forgotten_and_reported_as_left() -> 
     assert not change.silent and not change.view.beats and change.left == {"b"}
 
 
+def test_a_new_entry_after_the_first_read_is_reported_as_joined() -> None:
+    # The first read only learns who is there; later, a new entry is a worker that just started
+    # and a taking round gives it its share at once.
+    first = watch_heartbeats(HeartbeatView(), [entry("b", 1)], "me", 0.0)
+    assert first.joined == frozenset()
+    entries = [entry("b", 2), entry("c", 1), entry("me", 1)]
+    change = watch_heartbeats(first.view, entries, "me", 0.25)
+    assert change.joined == {"c"}
+    again = watch_heartbeats(change.view, [entry("b", 3), entry("c", 2)], "me", 0.5)
+    assert again.joined == frozenset()
+
+
 def test_an_entry_removed_after_its_worker_went_silent_is_not_a_graceful_leave() -> None:
     # A removed silent entry released nothing: waking the taker for it would scan for nothing.
     view, _ = watch(HeartbeatView(), [entry("dead", 1), entry("b", 1)], "me", 0.0)

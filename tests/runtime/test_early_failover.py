@@ -153,9 +153,20 @@ async def test_a_worker_started_after_a_kill_does_not_follow_the_dead_workers_en
     taken never saw it heartbeat and finds none of its leases in its first scan: it does not
     query the owner index for it (the old code did, once per new worker)."""
     fleet = Fleet()
-    fleet.start("a")
+    a = fleet.start("a")
     fleet.start("b")
     await fleet.both_hold()
+
+    def a_saw_b_beat() -> bool:
+        early = a._worker.early_failover if a._worker is not None else None
+        beat = early.view.beats.get("b") if early is not None else None
+        return beat is not None and beat.moved
+
+    # b dies in steady state (a has watched it beat), so a takes its leases early and the
+    # leader's removal of b's entry (three failover times of silence) is still ahead when c
+    # starts; c's arrival wakes a taking round in a, which must not remove it early.
+    await wait_until(a_saw_b_beat, FAILOVER, "a watching b's heartbeat")
+    await asyncio.sleep(2 * FAILOVER)  # virtual time: past start-up, every handoff settled
     await fleet.kill("b")
     await wait_until(
         lambda: set(owners(fleet.table).values()) == {"a"}, 5 * FAILOVER, "a owning all"
