@@ -228,14 +228,7 @@ class LeaseCoordinator:
             try:
                 renewed = await self.store.renew_lease(held.lease, kbps)
                 if renewed is None:
-                    current = await self.store.get_lease(held.key)
-                    verdict = explain_failed_write(
-                        me=self.worker_id,
-                        state=held.state,
-                        held=held.lease,
-                        current=current,
-                        write=FailedWrite.renewal(),
-                    )
+                    current, verdict = await self._explain_refusal(held, FailedWrite.renewal())
                     if verdict is Verdict.PASS_ON:
                         # Handed on before we noticed we had it: we never read from it, so
                         # there is nothing to drain; complete the new handoff at once.
@@ -362,6 +355,16 @@ class LeaseCoordinator:
             held.lease, held.renewed_at = outcome.current, outcome.sent
             return True
 
+    async def _explain_refusal(
+        self, held: HeldLease, write: FailedWrite
+    ) -> tuple[Lease | None, Verdict]:
+        """Read the lease after the table refused ``write`` and say what the refusal means."""
+        current = await self.store.get_lease(held.key)
+        verdict = explain_failed_write(
+            me=self.worker_id, state=held.state, held=held.lease, current=current, write=write
+        )
+        return current, verdict
+
     async def _fenced_write(
         self,
         held: HeldLease,
@@ -379,14 +382,7 @@ class LeaseCoordinator:
                 held.lease = written
                 held.renewed_at = sent
                 return _Outcome(written, None, None, sent)
-            current = await self.store.get_lease(held.key)
-            verdict = explain_failed_write(
-                me=self.worker_id,
-                state=held.state,
-                held=held.lease,
-                current=current,
-                write=failed(held.lease),
-            )
+            current, verdict = await self._explain_refusal(held, failed(held.lease))
             if verdict is Verdict.RETRY and attempt == 1 and current is not None:
                 held.lease = current  # a renewal of ours went through first
                 continue

@@ -17,8 +17,9 @@ import pytest
 
 from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws
+from tests.interop.fleet import produce
 from tests.interop.java_kcl import JavaKcl
-from tests.support import Aws, aws_for, wait_until
+from tests.support import aws_for, wait_until
 
 #: One JVM start-up (~30 s to the first read) plus the scenario: above the default timeout.
 pytestmark = [pytest.mark.asyncio, pytest.mark.interop, pytest.mark.timeout(300)]
@@ -26,17 +27,6 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.interop, pytest.mark.timeout(300)
 log = logging.getLogger(__name__)
 
 KEYS = 53
-
-
-async def produce(aws: Aws, first: int, count: int) -> set[tuple[str, int]]:
-    """Put records ``first .. first+count-1``, each carrying its partition key and counter."""
-    sent = [(f"key-{i % KEYS}", i) for i in range(first, first + count)]
-    pending = [(k, orjson.dumps({"k": k, "c": i})) for k, i in sent]
-    while pending:
-        chunk, pending = pending[:500], pending[500:]
-        results = await aws.stream.put_records(aws.name, chunk)
-        pending = [e for e, r in zip(chunk, results, strict=True) if r is None] + pending
-    return set(sent)
 
 
 class Seen:
