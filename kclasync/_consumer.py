@@ -37,7 +37,8 @@ from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics, metrics_for
 from kclasync._runtime.shard_sync import StreamList
-from kclasync._runtime.worker import Worker, WorkerSpec, shard_sync_for
+from kclasync._runtime.worker import Worker
+from kclasync._runtime.worker_parts import WorkerSpec, shard_sync_for
 from kclasync.errors import ConfigError
 from kclasync.logging import log_context
 

@@ -9,7 +9,8 @@ that start at the same moment cannot both miss each other (each writes its heart
 reads the registry), so at most one of them skips the wait; the other waits, and balancing
 moves leases later if the first took them all.
 
-Owns: that decision. Must not: read a clock or do I/O.
+Owns: that decision, and how long the settling time is for each lease taker.
+Must not: read a clock or do I/O.
 """
 
 from __future__ import annotations
@@ -23,3 +24,18 @@ def first_round_delay(worker_id: str, registered: Iterable[str], settle_time: fl
     if settle_time <= 0:
         return 0.0
     return settle_time if any(w != worker_id for w in registered) else 0.0
+
+
+#: The longest settling wait: enough for workers started together to see each other.
+SETTLE_CAP = 1.0
+
+
+def settle_time(*, batch_taker: bool, renewer_interval: float) -> float:
+    """The settling wait a starting worker may use before its first round (see
+    ``first_round_delay``): the renewer interval, at most ``SETTLE_CAP``, for the balanced
+    taker, which plans the whole fleet at once and so wants to see every worker first; 0 for a
+    taker that takes a fair share a round (KCL 2.x rules), which starts at once as the Java
+    KCL does."""
+    if not batch_taker:
+        return 0.0
+    return max(0.0, min(renewer_interval, SETTLE_CAP))
