@@ -1,9 +1,16 @@
-"""Consumer configuration, with the Java KCL's defaults and validation that names the bad field."""
+"""Consumer configuration: every setting, its default (the Java KCL's) and its documentation.
+
+Owns: ``ConsumerConfig``'s fields, and the values derived from them that the runtime reads
+(the periods, the planners' settings), each computed by the core.
+Must not: check fields (one alone: ``kclasync._config_fields``; several together:
+``kclasync._config_checks``) or decide a period itself (``kclasync._core.periods``).
+"""
 
 from __future__ import annotations
 
 import attrs
 
+from kclasync._config_checks import check_fields_agree
 from kclasync._config_fields import (
     LeaseTakerKind,
     ProcessorErrorPolicy,
@@ -21,11 +28,11 @@ from kclasync._config_fields import (
     _taker_kind,
     _whole,
 )
+from kclasync._core import periods
 from kclasync._core.kcl3_decider import Kcl3Settings
 from kclasync._core.load_balancer import BalancerSettings
 from kclasync._core.position import InitialPosition
-from kclasync._core.worker_silence import default_heartbeat_interval
-from kclasync.errors import ConfigError
+from kclasync._core.read_pacing import idle_ceiling
 
 #: The enums are defined with the field checks; users and the runtime import them from here.
 __all__ = ["ConsumerConfig", "LeaseTakerKind", "ProcessorErrorPolicy", "RetrievalMode"]
@@ -318,64 +325,55 @@ class ConsumerConfig:
     )
 
     def __attrs_post_init__(self) -> None:
-        if self.max_records > 10000:
-            raise ConfigError("max_records", f"must be at most 10000, got {self.max_records}")
-        if self.epsilon * 3 >= self.failover_time:
-            raise ConfigError(
-                "epsilon", f"must be well below failover_time / 3 ({self.failover_time!r} / 3)"
-            )
-        if self.throttle_backoff > self.max_backoff:
-            raise ConfigError("throttle_backoff", "must not exceed max_backoff")
-        if self.leader_heartbeat_interval >= self.leader_lock_duration:
-            raise ConfigError(
-                "leader_heartbeat_interval", "must be shorter than leader_lock_duration"
-            )
-        if not isinstance(self.cleanup_leases_upon_shard_completion, bool):
-            raise ConfigError("cleanup_leases_upon_shard_completion", "must be True or False")
-        if self.rebalance_target_percent > self.rebalance_threshold_percent:
-            raise ConfigError(
-                "rebalance_target_percent",
-                "must not exceed rebalance_threshold_percent "
-                f"({self.rebalance_threshold_percent:g})",
-            )
-        if self.dampening_percent > 100:
-            raise ConfigError(
-                "dampening_percent", f"must be at most 100, got {self.dampening_percent}"
-            )
-        if self.max_cpu_percent > 100:
-            raise ConfigError("max_cpu_percent", f"must be at most 100, got {self.max_cpu_percent}")
-        if self.worker_timeout is not None and self.worker_timeout <= self.renewer_interval + 1:
-            raise ConfigError(
-                "worker_timeout",
-                "must exceed the registry report period (the renewer interval, "
-                f"{self.renewer_interval:g}s) + 1s, because entries carry whole seconds",
-            )
-        if self.fanout_refresh_after >= 300:
-            raise ConfigError("fanout_refresh_after", "must be below the service's 300 s")
+        check_fields_agree(self)
+
+    @property
+    def renewer_interval(self) -> float:
+        """How often held leases are renewed: failover / 3 - epsilon."""
+        return periods.renewer_interval(self.failover_time, self.epsilon)
+
+    @property
+    def taker_interval(self) -> float:
+        """How often the taker scans and takes: ``lease_taker_interval``, else the KCL's
+        2 x (failover + epsilon) with early failover and failover + epsilon without."""
+        if self.lease_taker_interval is not None:
+            return self.lease_taker_interval
+        early = self.effective_heartbeat_interval is not None
+        return periods.taker_interval(self.failover_time, self.epsilon, early_failover=early)
+
+    @property
+    def effective_heartbeat_interval(self) -> float | None:
+        """The registry heartbeat period of early failover; None when it is off (also in the
+        leader-based modes, where the leader assigns what a dead worker held)."""
+        return periods.heartbeat_interval(
+            self.failover_time,
+            self.worker_heartbeat_interval,
+            early_failover=self.early_failover,
+            leader_based=self.lease_taker.leader_based,
+        )
 
     @property
     def effective_worker_timeout(self) -> float:
         if self.worker_timeout is not None:
             return self.worker_timeout
-        return self.failover_time + 1.0
+        return periods.worker_timeout(self.failover_time)
 
     @property
     def effective_max_idle_time(self) -> float:
         """The longest pause between reads of an idle shard (the bound on its wake-up)."""
-        if self.max_idle_time_between_reads is None:
-            return self.idle_time_between_reads
-        return max(self.max_idle_time_between_reads, self.idle_time_between_reads)
-
-    @property
-    def renewer_interval(self) -> float:
-        """How often held leases are renewed: failover / 3 - epsilon."""
-        return self.failover_time / 3 - self.epsilon
+        return idle_ceiling(self.idle_time_between_reads, self.max_idle_time_between_reads)
 
     @property
     def effective_assignment_interval(self) -> float:
         if self.assignment_interval is not None:
             return self.assignment_interval
-        return 2 * self.failover_time
+        return periods.assignment_interval(self.failover_time)
+
+    @property
+    def effective_discovery_interval(self) -> float:
+        if self.assignment_discovery_interval is not None:
+            return self.assignment_discovery_interval
+        return periods.discovery_interval(self.failover_time)
 
     def balancer_settings(self) -> BalancerSettings:
         """The ``load`` planner's settings from this configuration."""
@@ -394,29 +392,3 @@ class ConsumerConfig:
             dampening_percent=self.dampening_percent,
             variance_balancing_frequency=self.variance_balancing_frequency,
         )
-
-    @property
-    def effective_discovery_interval(self) -> float:
-        if self.assignment_discovery_interval is not None:
-            return self.assignment_discovery_interval
-        return self.failover_time / 3
-
-    @property
-    def taker_interval(self) -> float:
-        """How often the taker scans and takes: ``lease_taker_interval``, else the KCL's
-        2 x (failover + epsilon) with early failover and failover + epsilon without."""
-        if self.lease_taker_interval is not None:
-            return self.lease_taker_interval
-        if self.effective_heartbeat_interval is not None:
-            return 2 * (self.failover_time + self.epsilon)
-        return self.failover_time + self.epsilon
-
-    @property
-    def effective_heartbeat_interval(self) -> float | None:
-        """The registry heartbeat period of early failover; None when it is off (also in the
-        leader-based modes, where the leader assigns what a dead worker held)."""
-        if not self.early_failover or self.lease_taker.leader_based:
-            return None
-        if self.worker_heartbeat_interval is not None:
-            return self.worker_heartbeat_interval
-        return default_heartbeat_interval(self.failover_time)

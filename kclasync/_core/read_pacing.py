@@ -49,7 +49,7 @@ def next_read_pause(
         raise ValueError(f"idle must be positive, got {idle!r}")
     if records > 0 or millis_behind:
         return ReadPause(busy, 0)
-    ceiling = max(idle, max_idle)
+    ceiling = idle_ceiling(idle, max_idle)
     delay = idle
     for _ in range(idle_streak):
         delay *= IDLE_GROWTH
@@ -57,3 +57,11 @@ def next_read_pause(
             # At the ceiling the streak stops counting, so it stays small.
             return ReadPause(ceiling, idle_streak)
     return ReadPause(delay, idle_streak + 1)
+
+
+def idle_ceiling(idle: float, max_idle: float | None) -> float:
+    """The longest pause between reads of an idle shard (so the bound on its wake-up):
+    ``max_idle``, but never below ``idle``; None: ``idle`` (no growth)."""
+    if max_idle is None:
+        return idle
+    return max(idle, max_idle)

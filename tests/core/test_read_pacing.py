@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kclasync import ConsumerConfig
-from kclasync._core.read_pacing import IDLE_GROWTH, ReadPause, next_read_pause
+from kclasync._core.read_pacing import IDLE_GROWTH, ReadPause, idle_ceiling, next_read_pause
 from kclasync.errors import ConfigError
 
 seconds = st.floats(min_value=0.001, max_value=600, allow_nan=False, allow_infinity=False)
@@ -112,3 +112,13 @@ def test_settings_give_the_maximum_idle_time() -> None:
     for bad in (0, -1, float("nan"), "5", True):
         with pytest.raises(ConfigError, match="max_idle_time_between_reads"):
             ConsumerConfig(max_idle_time_between_reads=bad)  # type: ignore[arg-type]
+
+
+def test_the_idle_ceiling_is_the_maximum_never_below_the_idle_time() -> None:
+    assert idle_ceiling(1.5, None) == 1.5
+    assert idle_ceiling(1.5, 6.0) == 6.0
+    assert idle_ceiling(2.0, 1.0) == 2.0
+    pause = next_read_pause(
+        records=0, millis_behind=0, idle_streak=50, busy=0.2, idle=2.0, max_idle=1.0
+    )
+    assert pause.delay == idle_ceiling(2.0, 1.0)

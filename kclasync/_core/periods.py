@@ -1,0 +1,64 @@
+"""The protocol's periods a worker derives from its failover time when none is configured.
+
+Owns: how often held leases are renewed (the KCL's failover / 3 - epsilon), how often the taker
+scans (the KCL's 2 x (failover + epsilon) with early failover, failover + epsilon without), the
+registry heartbeat of early failover (off in the leader-based modes), when a registry entry
+that stood still means a dead worker, and how often the leader-based modes assign and discover.
+Must not: hold settings or their defaults (``kclasync._config``), read a clock or do I/O.
+"""
+
+from __future__ import annotations
+
+from kclasync._core.worker_silence import default_heartbeat_interval
+
+#: Registry entries carry whole seconds (``lut``): a worker's entry may stand still this much
+#: longer than its report period without the worker being dead.
+ENTRY_RESOLUTION = 1.0
+
+
+def renewer_interval(failover_time: float, epsilon: float) -> float:
+    """How often held leases are renewed: three renewals per failover time, a little early."""
+    return failover_time / 3 - epsilon
+
+
+def taker_interval(failover_time: float, epsilon: float, *, early_failover: bool) -> float:
+    """How often the taker scans and takes when no period is configured. With early failover
+    (dead workers found through the registry) the Java KCL's 2 x (failover + epsilon); without
+    it failover + epsilon, so a dead worker's leases are taken within about 2 x failover."""
+    if early_failover:
+        return 2 * (failover_time + epsilon)
+    return failover_time + epsilon
+
+
+def heartbeat_interval(
+    failover_time: float,
+    configured: float | None,
+    *,
+    early_failover: bool,
+    leader_based: bool,
+) -> float | None:
+    """The registry heartbeat period of early failover; None when it is off, also in the
+    leader-based modes, where the leader assigns what a dead worker held."""
+    if not early_failover or leader_based:
+        return None
+    if configured is not None:
+        return configured
+    return default_heartbeat_interval(failover_time)
+
+
+def worker_timeout(failover_time: float) -> float:
+    """How long a registry entry may stand still before its worker no longer counts as live,
+    when none is configured."""
+    return failover_time + ENTRY_RESOLUTION
+
+
+def assignment_interval(failover_time: float) -> float:
+    """Leader-based modes: how often the leader plans (the KCL 3.x default of
+    leaseAssignmentIntervalMillis, 2 x failover)."""
+    return 2 * failover_time
+
+
+def discovery_interval(failover_time: float) -> float:
+    """Leader-based modes: how often a worker looks for leases assigned to it: well within the
+    failover time, so an assigned lease is renewed before the leader could judge it expired."""
+    return failover_time / 3
