@@ -16,12 +16,9 @@ import logging
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
-from kclasync._adapters.fanout import (
-    ConsumerNotFoundError,
-    FanOutClient,
-    SubscriptionEvent,
-    SubscriptionInUseError,
-)
+from kclasync._adapters.fanout import FanOutClient
+from kclasync._adapters.fanout_errors import ConsumerNotFoundError, SubscriptionInUseError
+from kclasync._adapters.fanout_subscription import SubscriptionEvent
 from kclasync._adapters.protocols import (
     IteratorType,
     ShardNotFoundError,

@@ -13,13 +13,13 @@ import pytest
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
-from kclasync._adapters.fanout import (
+from kclasync._adapters.fanout import FanOutClient
+from kclasync._adapters.fanout_errors import (
     ConsumerNotFoundError,
-    FanOutClient,
     SubscriptionDroppedError,
-    SubscriptionEvent,
     SubscriptionInUseError,
 )
+from kclasync._adapters.fanout_subscription import SubscriptionEvent
 from kclasync._adapters.protocols import (
     IteratorType,
     ShardNotFoundError,

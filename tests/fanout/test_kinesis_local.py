@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from kclasync._adapters.fanout import FanOutClient, SubscriptionDroppedError
+from kclasync._adapters.fanout import FanOutClient
+from kclasync._adapters.fanout_errors import SubscriptionDroppedError
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._adapters.protocols import IteratorType, StartingPosition
 from kclasync._core.fanout_session import ResubscribePolicy
