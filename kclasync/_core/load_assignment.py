@@ -2,9 +2,10 @@
 
 Owns: the snapshot types every assignment policy is fed with (``LeaseLoad``, ``WorkerLoad``,
 ``FleetSnapshot``), the plan it returns (``Move``, ``Plan``), the per-lease throughput EMA
-(``throughput_ema``), filling leases without data with the fleet average, and the priority
-assignment of unowned and expired leases (``assign_unowned``): oldest first, each to the worker
-with the most headroom, never above a worker's operating range while another worker has room.
+(``throughput_ema``) and what a renewal writes of it (``renewal_throughput``), filling leases
+without data with the fleet average, and the priority assignment of unowned and expired leases
+(``assign_unowned``): oldest first, each to the worker with the most headroom, never above a
+worker's operating range while another worker has room.
 
 Must not: read clocks, tables or metrics, or use global randomness. The same snapshot always
 yields the same plan; ties are broken by worker id and lease key.
@@ -26,6 +27,7 @@ __all__ = [
     "assign_unowned",
     "estimate_capacity",
     "lease_throughputs",
+    "renewal_throughput",
     "throughput_ema",
 ]
 
@@ -54,6 +56,17 @@ def throughput_ema(
     if previous_kbps is None or not math.isfinite(previous_kbps) or previous_kbps < 0:
         return sample
     return alpha * sample + (1.0 - alpha) * previous_kbps
+
+
+def renewal_throughput(
+    previous_kbps: float | None, bytes_delivered: int, since: float | None, now: float
+) -> float | None:
+    """``throughputKBps`` to write with a renewal sent at ``now``: the EMA (``throughput_ema``)
+    of the bytes delivered since the last renewal that wrote it, at ``since``. None (write
+    nothing) while there is no period yet: before the first renewal, or ``now`` not after it."""
+    if since is None or now <= since:
+        return None
+    return throughput_ema(previous_kbps, bytes_delivered, now - since)
 
 
 def estimate_capacity(

@@ -1,7 +1,9 @@
-"""The lease coordinator: the leases this worker holds, renewed, fenced, handed over, released.
+"""The lease coordinator: the leases this worker holds, and the writes made through them.
 
-Owns: the held leases, their local counters and renewal times, the renewer loop, fenced writes
-(checkpoints, childShardIds) and releases. The steps of graceful handoffs are
+Owns: the held leases (their local counters and renewal times), losing a lease (once, with the
+listener told) and letting one go (release), staleness, the fenced writes of a held lease
+(checkpoints, childShardIds) and what a refused write of a held lease leads to. Its helpers do
+the rest on its table: renewal rounds are ``lease_renewals``'s, the steps of graceful handoffs
 ``lease_handoffs``'s; taking rounds are ``lease_taking``'s and feed ``held``. Decisions (what is
 expired, what to take, what a refused write means, when a handoff times out) come from
 ``kclasync._core`` (``held_lease``, ``lease_taker``, ``expiry``); this module only applies them.
@@ -25,22 +27,19 @@ from kclasync._core.held_lease import (
     FailedWrite,
     HeldState,
     Verdict,
-    credits_renewal,
     explain_failed_write,
     is_stale,
-    outgoing_timed_out,
-    release_reason,
 )
-from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.lease import Lease
 from kclasync._core.lease_taker import LeaseTaker
-from kclasync._core.load_assignment import throughput_ema
 from kclasync._core.position import Checkpoint
 from kclasync._runtime.held import HeldLease, LeaseListener
 from kclasync._runtime.lease_handoffs import LeaseHandoffs
+from kclasync._runtime.lease_renewals import LeaseRenewals
 from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.worker_presence import WorkerPresence
-from kclasync.errors import AdapterError, LeaseLostError, ThrottledError
+from kclasync.errors import AdapterError, LeaseLostError
 
 log = logging.getLogger("kclasync.leases")
 
@@ -110,6 +109,8 @@ class LeaseCoordinator:
         )
         #: The steps of graceful handoffs, in both directions.
         self.handoffs = LeaseHandoffs(self)
+        #: The renewal rounds of the held leases.
+        self.renewals = LeaseRenewals(self)
         #: The taking rounds (scan, plan, take, steal) that feed ``held``.
         self.taking = LeaseTaking(
             self,
@@ -164,7 +165,7 @@ class LeaseCoordinator:
         log.warning("worker %s lost lease %s: %s", self.worker_id, held.key, reason)
         self.listener.lease_lost(held, reason)
 
-    def _check_stale(self, held: HeldLease) -> None:
+    def check_stale(self, held: HeldLease) -> None:
         """Stop treating a lease as held once it has gone unrenewed for the failover time."""
         if not held.lost and is_stale(held.renewed_at, self.now(), self.failover_time):
             self.lose(held, f"not renewed for more than {self.failover_time}s")
@@ -173,7 +174,7 @@ class LeaseCoordinator:
         """Raise ``LeaseLostError`` unless ``held`` is still ours and renewed within the
         failover time (checked before each batch is delivered: after a stall another worker
         may own the lease by now)."""
-        self._check_stale(held)
+        self.check_stale(held)
         if held.lost:
             raise LeaseLostError(held.key, "not renewed within the failover time")
 
@@ -204,67 +205,19 @@ class LeaseCoordinator:
             log.info("worker %s %s lease %s", self.worker_id, verb, key)
         return done is not None
 
-    # -- renewing --------------------------------------------------------------------------
+    # -- refused writes ---------------------------------------------------------------------
 
-    async def renew_all(self) -> None:
-        await asyncio.gather(*(self._renew(h) for h in list(self.held.values())))
+    async def explain_refusal(
+        self, held: HeldLease, write: FailedWrite
+    ) -> tuple[Lease | None, Verdict]:
+        """Read the lease after the table refused ``write`` and say what the refusal means."""
+        current = await self.store.get_lease(held.key)
+        verdict = explain_failed_write(
+            me=self.worker_id, state=held.state, held=held.lease, current=current, write=write
+        )
+        return current, verdict
 
-    async def _renew(self, held: HeldLease) -> None:
-        async with held.lock:
-            if held.lost:
-                return
-            if held.state is HeldState.OUTGOING:
-                # Not ours to renew; the new owner does. We only have until the handoff timeout.
-                if outgoing_timed_out(held.since, self.now(), self.handoff_timeout):
-                    self.lose(held, "the handoff was not finished in time")
-                return
-            if held.state is HeldState.INCOMING and held.watch_only:
-                await self.handoffs.watch_incoming(held)
-                return
-            sent = self.now()
-            verdict: Verdict | None = None
-            delivered = held.bytes_delivered
-            kbps = self._throughput(held, delivered, sent)
-            try:
-                renewed = await self.store.renew_lease(held.lease, kbps)
-                if renewed is None:
-                    current, verdict = await self._explain_refusal(held, FailedWrite.renewal())
-                    if verdict is Verdict.PASS_ON:
-                        # Handed on before we noticed we had it: we never read from it, so
-                        # there is nothing to drain; complete the new handoff at once.
-                        assert current is not None
-                        await self.handoffs.pass_on_unstarted(held, current)
-                        return
-                    renewed = self._apply_verdict(held, current, verdict, "renewal")
-            except (AdapterError, CorruptLeaseError) as exc:
-                reason = "throttled" if isinstance(exc, ThrottledError) else "error"
-                self.metrics.renewal_failures.labels(*self.labels, reason).inc()
-                log.info("renewal of %s failed (%s); will retry", held.key, exc)
-                self._check_stale(held)
-                return
-            if renewed is None:
-                return  # lost, or now being handed away: handled by _apply_verdict
-            held.lease = renewed
-            if verdict is None:  # our renewal (and its throughput) went through
-                held.bytes_delivered -= delivered
-                held.throughput_since = sent
-            # After a reconciled failure the write that counted was sent before ``sent``
-            # (found by the simulation: 50 workers x 500 shards, seed 7).
-            if credits_renewal(verdict, FailedWrite.renewal()):
-                held.renewed_at = sent
-            self.metrics.renewals.labels(*self.labels).inc()
-        await self._after_renewal(held)
-
-    @staticmethod
-    def _throughput(held: HeldLease, delivered: int, now: float) -> float | None:
-        """``throughputKBps`` to write with this renewal: the EMA over renewal periods of the
-        bytes delivered to the processor (None before the first renewal: no period yet)."""
-        since = held.throughput_since
-        if since is None or now <= since:
-            return None
-        return throughput_ema(held.lease.throughput_kbps, delivered, now - since)
-
-    def _apply_verdict(
+    def apply_verdict(
         self, held: HeldLease, current: Lease | None, verdict: Verdict, what: str
     ) -> Lease | None:
         """Do what ``explain_failed_write`` decided. Returns the lease to adopt, or None."""
@@ -280,20 +233,6 @@ class LeaseCoordinator:
         else:
             self.lose(held, f"{what} rejected: another worker changed the lease")
         return None
-
-    async def _after_renewal(self, held: HeldLease) -> None:
-        if held.state is HeldState.INCOMING:
-            await self.handoffs.after_incoming_renewal(held)
-            return
-        lease = held.lease
-        if held.release_requested:
-            return
-        why = release_reason(lease, self.worker_id)
-        if why is None:
-            return
-        held.release_requested = True
-        log.info("lease %s: %s; finishing its batch and releasing it", held.key, why)
-        self.listener.lease_stop_requested(held, why)
 
     # -- checkpointing ---------------------------------------------------------------------
 
@@ -322,7 +261,7 @@ class LeaseCoordinator:
             if outcome.verdict is None:
                 assert outcome.written is not None
                 return outcome.written
-            written = self._apply_verdict(held, outcome.current, outcome.verdict, "checkpoint")
+            written = self.apply_verdict(held, outcome.current, outcome.verdict, "checkpoint")
             if outcome.verdict is Verdict.HANDOFF_STARTED:
                 # A handoff began under us: checkpoint as the old owner, then let go.
                 return await self.handoffs.checkpoint_outgoing(held, checkpoint, pending)
@@ -355,16 +294,6 @@ class LeaseCoordinator:
             held.lease, held.renewed_at = outcome.current, outcome.sent
             return True
 
-    async def _explain_refusal(
-        self, held: HeldLease, write: FailedWrite
-    ) -> tuple[Lease | None, Verdict]:
-        """Read the lease after the table refused ``write`` and say what the refusal means."""
-        current = await self.store.get_lease(held.key)
-        verdict = explain_failed_write(
-            me=self.worker_id, state=held.state, held=held.lease, current=current, write=write
-        )
-        return current, verdict
-
     async def _fenced_write(
         self,
         held: HeldLease,
@@ -382,20 +311,18 @@ class LeaseCoordinator:
                 held.lease = written
                 held.renewed_at = sent
                 return _Outcome(written, None, None, sent)
-            current, verdict = await self._explain_refusal(held, failed(held.lease))
+            current, verdict = await self.explain_refusal(held, failed(held.lease))
             if verdict is Verdict.RETRY and attempt == 1 and current is not None:
                 held.lease = current  # a renewal of ours went through first
                 continue
             return _Outcome(None, current, verdict, sent)
         raise AssertionError("unreachable")
 
-    # -- loops -----------------------------------------------------------------------------
+    # -- renewing (``lease_renewals``) -----------------------------------------------------
+
+    async def renew_all(self) -> None:
+        """One renewal round over every held lease."""
+        await self.renewals.renew_all()
 
     async def renewer_loop(self) -> None:
-        while True:
-            started = self.now()
-            if self.presence.heartbeat_interval is None:
-                await asyncio.gather(self.renew_all(), self.presence.report())
-            else:  # the heartbeat loop writes the entry (``early_failover``)
-                await self.renew_all()
-            await asyncio.sleep(max(0.0, self.renewer_interval - (self.now() - started)))
+        await self.renewals.loop()

@@ -15,6 +15,7 @@ from kclasync._core.load_assignment import (
     LeaseLoad,
     WorkerLoad,
     estimate_capacity,
+    renewal_throughput,
     throughput_ema,
 )
 from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
@@ -142,3 +143,11 @@ def test_expired_leases_go_oldest_first_to_the_worker_with_room() -> None:
         ("old", "w2"),
         ("new", "w1"),
     ]
+
+
+def test_a_renewal_writes_no_throughput_before_it_has_a_period() -> None:
+    assert renewal_throughput(None, 10240, None, 5.0) is None  # the first renewal
+    assert renewal_throughput(4.0, 10240, 5.0, 5.0) is None  # no time passed
+    assert renewal_throughput(5.0, 20480, 3.0, 5.0) == pytest.approx(
+        throughput_ema(5.0, 20480, 2.0)
+    )
