@@ -49,45 +49,22 @@ Checked invariants (each violation is recorded with its kind, time and a descrip
     After the faults stopped, the leases never reached balance (every unfinished lease held by a
     live worker, and counts differing by at most one) before the end.
 
-Owns: the bookkeeping and the checks. Must not: read clocks (times are passed in) or touch the
-runtime.
+Owns: the checks, and the bookkeeping of processor calls and pauses they need; who owned which
+lease when (from the table's writes) is ``ownership``'s, read here. Must not: read clocks (times
+are passed in) or touch the runtime.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Callable
 
 import attrs
 
 from kclasync._core.lease import Lease
+from kclasync._simulation.ownership import OwnershipLedger, Tenure
 
 ALLOWED_EPSILON = 1e-6
-
-
-@attrs.define(eq=False)
-class Tenure:
-    """One worker's ownership of one lease, from the write that took it to the one that ended it."""
-
-    ident: int
-    key: str
-    worker: str
-    start: float
-    end: float | None = None
-    #: "taken" (by a take, even by the same worker), "released", "handoff" (a graceful handoff
-    #: began), "handoff_forced" (the new owner took over before the old one finished); None
-    #: while it lasts.
-    end_kind: str | None = None
-    successor: Tenure | None = None
-    #: Send time of the owner's last write to this lease that the table applied.
-    last_fresh: float | None = None
-    #: For an ownership that began with a graceful handoff: the old owner's ownership.
-    handoff_from: Tenure | None = None
-
-    @property
-    def planned_end(self) -> bool:
-        return self.end_kind in ("released", "handoff")
 
 
 @attrs.define(eq=False)
@@ -138,10 +115,8 @@ class InvariantChecker:
         self._shard_closed = shard_closed
         self._lease_of = lease_of
         self.violations: list[Violation] = []
-        self.tenures: list[Tenure] = []
-        self._current: dict[str, Tenure] = {}
-        self._worker_tenure: dict[tuple[str, str], Tenure] = {}
-        self._fresh: dict[tuple[str, str], float] = {}
+        #: Who owned each lease when (tenures, fresh writes, failovers).
+        self.ownership = OwnershipLedger(lease_of)
         self._books: dict[str, _ShardBook] = {}
         self._pairs: list[tuple[Call, Call]] = []
         self._pauses: dict[str, list[list[float]]] = {}
@@ -152,9 +127,6 @@ class InvariantChecker:
         self.duplicate_kinds: Counter[str] = Counter()
         self.overlaps_allowed = 0
         self.checkpoint_writes = 0
-        #: Failovers: lease key -> (fault time, worker) awaiting a take by another worker.
-        self._awaiting_failover: dict[str, tuple[float, str]] = {}
-        self.failover_times: list[float] = []
 
     # -- facts -----------------------------------------------------------------------------
 
@@ -182,89 +154,34 @@ class InvariantChecker:
             )
         if old is not None and new.checkpoint != old.checkpoint:
             self.checkpoint_writes += 1
-        current = self._current.get(key)
-        if op == "take_lease":
-            # A take always starts a new ownership, even a worker re-taking its own lease.
-            if current is not None and current.end is None:
-                self._end(current, now, "taken")
-            if current is not None and current.handoff_from is not None:
-                # The new owner forced a handoff the old owner did not finish: unplanned.
-                current.handoff_from.end_kind = "handoff_forced"
-            self._begin(key, new.owner, now, current)
-        elif op == "release_lease":
-            if current is not None and current.end is None:
-                self._end(current, now, "released")
-        elif op == "start_handoff" and new.owner is not None:
-            previous = current
-            if previous is not None and previous.end is None:
-                self._end(previous, now, "handoff")
-            tenure = self._begin(key, new.owner, now, previous)
-            tenure.handoff_from = previous
-        elif (old.owner if old is not None else None) != new.owner:
-            # Any other change of owner (e.g. an unknown new write): treat as unplanned.
-            if current is not None and current.end is None:
-                self._end(current, now, "taken")
-            if new.owner is not None:
-                self._begin(key, new.owner, now, current)
-        if new.is_finished:
-            self._awaiting_failover.pop(key, None)
-        if new.owner is not None and new.owner == writer and writer_sent is not None:
-            self._fresh[(writer, key)] = writer_sent
-            owning = self._current.get(key)
-            if owning is not None and owning.worker == writer:
-                owning.last_fresh = writer_sent
-
-    def _end(self, tenure: Tenure, now: float, kind: str) -> None:
-        tenure.end = now
-        tenure.end_kind = kind
-
-    def _begin(self, key: str, owner: str | None, now: float, previous: Tenure | None) -> Tenure:
-        assert owner is not None
-        tenure = Tenure(len(self.tenures), key, owner, now)
-        self.tenures.append(tenure)
-        if previous is not None:
-            previous.successor = tenure
-        self._current[key] = tenure
-        self._worker_tenure[(owner, key)] = tenure
-        waiting = self._awaiting_failover.get(key)
-        if waiting is not None and waiting[1] != owner:
-            self.failover_times.append(now - waiting[0])
-            del self._awaiting_failover[key]
-        return tenure
+        self.ownership.lease_written(
+            old, new, op=op, writer=writer, now=now, writer_sent=writer_sent
+        )
 
     def lease_deleted(self, key: str, now: float) -> None:
-        current = self._current.pop(key, None)
-        if current is not None:
-            current.end = now
-            current.end_kind = "released"
-        self._awaiting_failover.pop(key, None)
+        self.ownership.lease_deleted(key, now)
 
     def worker_failed(self, worker: str, keys: list[str], now: float) -> None:
         """A crash or a pause began: each lease it owned should be taken by another worker."""
-        for key in keys:
-            self._awaiting_failover.setdefault(key, (now, worker))
+        self.ownership.worker_failed(worker, keys, now)
 
     def worker_back(self, worker: str) -> None:
         """A paused worker resumed: leases it still owns need no failover."""
-        for key, (_, who) in list(self._awaiting_failover.items()):
-            if who == worker:
-                lease = self._lease_of(key)
-                if lease is not None and lease.owner == worker:
-                    del self._awaiting_failover[key]
+        self.ownership.worker_back(worker)
 
     def unique_processed(self) -> int:
         return sum(book.processed for book in self._books.values())
 
     @property
+    def failover_times(self) -> list[float]:
+        return self.ownership.failover_times
+
+    @property
     def failovers_pending(self) -> int:
-        """Leases of a crashed or paused worker that no other worker took. A finished lease
-        (SHARD_END) needs no failover: its children carry on, and cleanup deletes it."""
-        pending = 0
-        for key in self._awaiting_failover:
-            lease = self._lease_of(key)
-            if lease is not None and not lease.is_finished:
-                pending += 1
-        return pending
+        return self.ownership.failovers_pending
+
+    def failover_summary(self) -> tuple[float | None, float | None]:
+        return self.ownership.failover_summary()
 
     def paused(self, worker: str, now: float) -> None:
         self._pauses.setdefault(worker, []).append([now, float("inf")])
@@ -298,10 +215,8 @@ class InvariantChecker:
                 now,
                 f"{worker} on {shard}: {count} records span positions {first}..{last}",
             )
-        fresh = self._fresh.get((worker, shard))
-        call = Call(
-            worker, shard, first, last, now, self._worker_tenure.get((worker, shard)), fresh
-        )
+        fresh = self.ownership.fresh(worker, shard)
+        call = Call(worker, shard, first, last, now, self.ownership.tenure_of(worker, shard), fresh)
         if fresh is None or now - fresh > self.failover_time + ALLOWED_EPSILON:
             age = "never written" if fresh is None else f"{now - fresh:.3f}s since"
             self.violate(
@@ -344,7 +259,7 @@ class InvariantChecker:
         if previous < 0 or call.tenure is None:
             self.duplicate_kinds["unattributed"] += 1
             return
-        before = self.tenures[previous]
+        before = self.ownership.tenures[previous]
         if before is call.tenure:
             self.duplicate_kinds["within_tenure"] += 1
             self.violate(
@@ -452,11 +367,6 @@ class InvariantChecker:
                 example = example or f"{shard}: {processed}/{total}"
         if lost:
             self.violate("lost_records", now, f"{lost} records never processed (e.g. {example})")
-
-    def failover_summary(self) -> tuple[float | None, float | None]:
-        if not self.failover_times:
-            return None, None
-        return statistics.median(self.failover_times), max(self.failover_times)
 
 
 __all__ = ["Call", "InvariantChecker", "Tenure", "Violation"]
