@@ -100,7 +100,7 @@ async def test_every_adapter_call_of_a_worker_goes_through_the_retry_wrapper() -
 
 
 def test_runtime_parts_hold_only_wrapped_adapters() -> None:
-    # Every runtime module gets its adapters from worker.py, which wraps them; the only module
+    # Every runtime module gets its adapters from worker_parts.py, which wraps them; the only module
     # naming a wrapper's inner adapter is retrying.py itself.
     import ast
     import pathlib
@@ -127,6 +127,8 @@ def test_runtime_parts_hold_only_wrapped_adapters() -> None:
                     # Fan-out subscriptions resubscribe by their own policy
                     # (``_core/fanout_session.py``), not the request retry table.
                     "kclasync._adapters.fanout",
+                    "kclasync._adapters.fanout_errors",
+                    "kclasync._adapters.fanout_subscription",
                 ), f"{path.name} imports {node.module}: {names}"
     assert len(WRAPPERS) == 4
 
