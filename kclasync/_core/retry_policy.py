@@ -3,7 +3,8 @@
 Owns: the operation classes (``OpClass``), which adapter method belongs to which
 (``OP_CLASS``), the budget of each class (``policy_table``), and the two decisions of a retry
 loop: how long to wait before the next attempt (bounded exponential backoff with full jitter,
-``next_delay``) and whether to give up (``give_up``).
+``next_delay``) and whether to give up (``give_up``); and the few retries of a worker's
+start-up steps (``START_ATTEMPTS``, ``start_delay``).
 Must not: sleep, read a clock or draw random numbers itself: the caller passes the attempt
 number, the elapsed time and a uniform draw in [0, 1).
 """
@@ -65,6 +66,18 @@ class RetryPolicy:
             raise ValueError("attempts must be at least 1")
         if self.base <= 0 or self.cap < self.base or self.budget < 0:
             raise ValueError("need 0 < base <= cap and budget >= 0")
+
+
+#: Attempts of a start-up step (creating a table, the first shard sync) that keeps failing with
+#: a throttling or transient error, before the worker's ``run()`` fails with it.
+START_ATTEMPTS = 5
+
+
+def start_delay(attempt: int, *, first: float, cap: float) -> float:
+    """The wait after failed start-up attempt ``attempt`` (from 1): ``first``, doubled with
+    each further attempt, at most ``cap``. No jitter: a worker starts once, and its steps are
+    few and mostly its own tables."""
+    return min(first * 2.0 ** (attempt - 1), cap)
 
 
 def next_delay(policy: RetryPolicy, attempt: int, draw: float) -> float:

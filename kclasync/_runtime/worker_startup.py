@@ -2,10 +2,11 @@
 
 Owns: the steps before the task tree runs, overlapped where they are independent (the
 coordinator-state and worker-metrics tables beside the lease table and the first shard sync),
-the few retries of a start-up step that was throttled or failed transiently, the one-time
-removal of registry items an older kclasync wrote into the lease table, and the reading (never
-the writing) of the Java KCL's migration state, to say whether this worker's lease taking fits a
-Java fleet sharing the table.
+the few retries of a start-up step that was throttled or failed transiently (how many and how
+long between them: ``kclasync._core.retry_policy``), the one-time removal of registry items an
+older kclasync wrote into the lease table, and the reading (never the writing) of the Java
+KCL's migration state, to say whether this worker's lease taking fits a Java fleet sharing the
+table.
 Must not: start the worker's loops or pipelines (``worker``), build its parts (``worker_parts``),
 or decide anything about the protocol (``kclasync._core.client_version`` says what the
 migration state means).
@@ -22,13 +23,11 @@ from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig
 from kclasync._core.client_version import java_fleet_follows_leader
+from kclasync._core.retry_policy import START_ATTEMPTS, start_delay
 from kclasync._runtime.shard_sync import ShardSync
 from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync._consumer")
-
-#: Attempts of a start-up step that keeps failing with a throttling or transient error.
-START_ATTEMPTS = 5
 
 
 async def overlapped(*steps: Coroutine[Any, Any, None]) -> None:
@@ -114,14 +113,13 @@ class WorkerStartup:
         """Run a start-up step, retrying throttling and transient errors a few times with
         backoff; anything else, or the last failure, stops ``run()`` with that error."""
         cfg = self._config
-        delay = cfg.throttle_backoff
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 await step()
                 return
             except AdapterError as exc:
-                if attempt == START_ATTEMPTS:
+                if attempt >= START_ATTEMPTS:
                     raise
+                delay = start_delay(attempt, first=cfg.throttle_backoff, cap=cfg.max_backoff)
                 log.warning("%s failed (%s); retrying in %.2fs", what, exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, cfg.max_backoff)

@@ -11,11 +11,13 @@ from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig
 from kclasync._core.retry_policy import (
     OP_CLASS,
+    START_ATTEMPTS,
     OpClass,
     RetryPolicy,
     give_up,
     next_delay,
     policy_table,
+    start_delay,
 )
 
 
@@ -92,3 +94,15 @@ def test_budgets_fit_the_protocol_periods(failover: float) -> None:
     assert t[OpClass.READ_RECORDS].attempts == 1
     assert t[OpClass.SETUP].attempts == 1
     assert set(t) == set(OpClass)
+
+
+def test_start_up_steps_back_off_doubling_up_to_the_cap() -> None:
+    cfg = ConsumerConfig()  # throttle_backoff 0.5 s, max_backoff 10 s
+    waits = [
+        start_delay(n, first=cfg.throttle_backoff, cap=cfg.max_backoff)
+        for n in range(1, START_ATTEMPTS)
+    ]
+    assert waits == [0.5, 1.0, 2.0, 4.0]
+    assert start_delay(9, first=0.5, cap=10.0) == 10.0
+    # Every wait of a start-up fits well inside a failover time or two.
+    assert sum(waits) < 2 * cfg.failover_time
