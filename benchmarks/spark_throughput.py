@@ -3,7 +3,7 @@ loop on the same stream in the same run, and the ratios; also the Kinesis sink a
 processor.
 
     uv run python benchmarks/spark_throughput.py [--records 50000] [--shards 4] [--phases]
-        [--shards-per-task 2] [--skip-extras] [--driver] [--profile]
+        [--shards-per-task 2] [--runs 3] [--preload] [--skip-extras] [--driver] [--profile]
 
 Starts moto's server, writes a backlog, starts a local[2] Spark session, then measures:
 (1) the plain loop: every shard read from TRIM_HORIZON to its end with GetRecords of 10,000,
@@ -15,10 +15,14 @@ Starts moto's server, writes a backlog, starts a local[2] Spark session, then me
     starts are listed, from /proc, to show that), each three ways: from ``start()`` to the end,
     from the first batch's start to the end (a query already running: without the one Python
     process Spark starts on the driver for every query's source), and over the batches;
-    with the default ``shardsPerTask``, 1 and ``--shards-per-task``;
+    with the default ``shardsPerTask``, 1 and ``--shards-per-task``, ``--runs`` times each
+    (medians and bests printed);
 (3) the same into parquet; (4) the Kinesis sink copying the backlog into a second stream;
 (5) kclasync workers with ``SparkProcessor`` + ``ParquetSink``.
 ``--driver`` times only the source's own driver calls (its reader called as Spark calls it).
+``--preload`` starts the session with ``spark.python.daemon.module`` set to
+``kclasync.integrations.spark_daemon`` (workers forked with the AWS stack imported: the cold
+query is the one that changes).
 ``--profile`` runs cProfile over one executor-side read of a shard (what a task does) and prints
 the top entries. Everything shares the machine's cores with moto; bounded by ``--timeout``.
 """
@@ -39,6 +43,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
+from statistics import median
 from typing import Any, NamedTuple
 
 import orjson
@@ -53,6 +58,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kclasync.__file__)))
 
 #: Print each run's batches and Spark's time per phase (``--phases``).
 PHASES = False
+
+#: ``--preload``: the daemon module that imports the source's AWS stack before forking workers.
+DAEMON = "kclasync.integrations.spark_daemon"
 
 AWS = {"region": "us-east-1", "awsAccessKeyId": "testing", "awsSecretKey": "testing"}
 
@@ -302,9 +310,9 @@ def driver_calls(local: LocalAws, stream: str, repeat: int = 5) -> None:
         timed("stop", reader.stop)
     total = 0.0
     for name, seconds in phases.items():
-        median = statistics.median(seconds)
-        total += median
-        print(f"  driver: {name:<36} {1000 * median:7.0f} ms (median of {repeat})")
+        mid = statistics.median(seconds)
+        total += mid
+        print(f"  driver: {name:<36} {1000 * mid:7.0f} ms (median of {repeat})")
     print(f"  driver: {'total':<36} {1000 * total:7.0f} ms")
     # What Spark's per-query Python process for the source pays before the reader exists: a
     # fresh interpreter importing Spark's runner, then the source (botocore, aiohttp, kclasync).
@@ -318,8 +326,8 @@ def driver_calls(local: LocalAws, stream: str, repeat: int = 5) -> None:
             started = time.monotonic()
             subprocess.run([sys.executable, "-c", code], check=True)
             took.append(time.monotonic() - started)
-        median = statistics.median(took)
-        print(f"  process: {label:<35} {1000 * median:7.0f} ms (median of {repeat})")
+        mid = statistics.median(took)
+        print(f"  process: {label:<35} {1000 * mid:7.0f} ms (median of {repeat})")
 
 
 def profile_task(local: LocalAws, stream: str) -> None:
@@ -354,6 +362,10 @@ def main() -> None:
         help="also measure the source with this shardsPerTask (local[2]: 2 reads all 4 at once)",
     )
     parser.add_argument("--phases", action="store_true", help="Spark's time per batch phase")
+    parser.add_argument("--runs", type=int, default=3, help="warm timed queries per setting")
+    parser.add_argument(
+        "--preload", action="store_true", help="spark.python.daemon.module: kclasync's daemon"
+    )
     parser.add_argument(
         "--driver", action="store_true", help="only time the source's driver calls, then exit"
     )
@@ -383,26 +395,28 @@ def main() -> None:
 
         from kclasync.spark import register
 
-        spark = (
+        builder = (
             SparkSession.builder.master("local[2]")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.driver.memory", "1g")
-            .getOrCreate()
         )
+        if args.preload:
+            builder = builder.config("spark.python.daemon.module", DAEMON)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         print(f"spark session start: {time.monotonic() - started:.1f} s (kclasync from {ROOT})")
         reuse = spark.sparkContext.getConf().get("spark.python.worker.reuse", "true")
-        print(f"spark.python.worker.reuse: {reuse}")
+        print(f"spark.python.worker.reuse: {reuse}; daemon module: {args.preload and DAEMON}")
         # Cold: the session's first query (Spark starts its Python workers for it).
         cold = source_run(spark, local, "bench", tmp, "noop", 0, None)
         asyncio.run(backlog(local, "warmup", args.shards, 400))
         per_task: list[int | None] = [None, 1, args.shards_per_task]
         runs: dict[int | None, list[Rates]] = {k: [] for k in per_task}
         timed_started: dict[str, int] = {}
-        for i in (1, 2):
+        for i in range(1, args.runs + 1):
             for j, k in enumerate(per_task):
                 # Warm: a short query first, in the same session (its Python workers stay up
                 # and keep kclasync imported), then the timed one on the same backlog.
@@ -435,8 +449,10 @@ def main() -> None:
             for field in ("start_to_end", "running", "batches"):
                 each = [round(getattr(r, field)) for r in runs[k]]
                 print(f"    shardsPerTask={name} {field}: {each}")
+            middle = Rates(*(median(getattr(r, f) for r in runs[k]) for f in Rates._fields))
+            row(f"warm, shardsPerTask={name} (median of {args.runs})", middle)
             best = Rates(*(max(getattr(r, f) for r in runs[k]) for f in Rates._fields))
-            row(f"warm, shardsPerTask={name} (best of 2)", best)
+            row(f"warm, shardsPerTask={name} (best of {args.runs})", best)
         if not args.skip_extras:
             rate = source_run(spark, local, "bench", tmp, "parquet", 3).start_to_end
             print(f"source -> parquet, warm:                        {rate:,.0f} rows/s")
