@@ -440,7 +440,7 @@ def main() -> None:
             print(f"  {name:<34} {cells[0]:>20} {cells[1]:>20} {cells[2]:>20}")
 
         print(
-            f"  Python processes started by the {2 * len(per_task)} warm timed queries: "
+            f"  Python processes started by the {args.runs * len(per_task)} warm timed queries: "
             f"{timed_started}"
         )
         row("cold (session's 1st query), default", cold)
