@@ -16,7 +16,8 @@ Starts moto's server, writes a backlog, starts a local[2] Spark session, then me
     from the first batch's start to the end (a query already running: without the one Python
     process Spark starts on the driver for every query's source), and over the batches;
     with the default ``shardsPerTask``, 1 and ``--shards-per-task``, ``--runs`` times each
-    (medians and bests printed);
+    (medians and bests printed; also the median of each query's ratio to a plain loop run just
+    before it, since the machine's load drifts between the first and the last plain loop);
 (3) the same into parquet; (4) the Kinesis sink copying the backlog into a second stream;
 (5) kclasync workers with ``SparkProcessor`` + ``ParquetSink``.
 ``--driver`` times only the source's own driver calls (its reader called as Spark calls it).
@@ -415,6 +416,8 @@ def main() -> None:
         asyncio.run(backlog(local, "warmup", args.shards, 400))
         per_task: list[int | None] = [None, 1, args.shards_per_task]
         runs: dict[int | None, list[Rates]] = {k: [] for k in per_task}
+        #: Each timed query's rates over a plain loop run just before it (load drifts).
+        paired: dict[int | None, list[Rates]] = {k: [] for k in per_task}
         timed_started: dict[str, int] = {}
         for i in range(1, args.runs + 1):
             for j, k in enumerate(per_task):
@@ -423,8 +426,10 @@ def main() -> None:
                 if PHASES:
                     print(f"  warm-up before run {100 * i + j}:")
                 source_run(spark, local, "warmup", tmp, "noop", 1000 + 100 * i + j, k)
+                n, s = asyncio.run(plain_loop(local, "bench"))
                 with new_processes() as procs:
                     runs[k].append(source_run(spark, local, "bench", tmp, "noop", 100 * i + j, k))
+                paired[k].append(Rates(*(v * s / n for v in runs[k][-1])))
                 for what in procs.values():
                     if what.startswith("pyspark."):
                         timed_started[what] = timed_started.get(what, 0) + 1
@@ -453,6 +458,9 @@ def main() -> None:
             row(f"warm, shardsPerTask={name} (median of {args.runs})", middle)
             best = Rates(*(max(getattr(r, f) for r in runs[k]) for f in Rates._fields))
             row(f"warm, shardsPerTask={name} (best of {args.runs})", best)
+            ratios = [median(getattr(r, f) for r in paired[k]) for f in Rates._fields]
+            cells = " ".join(f"{v:>19.2f}x" for v in ratios)
+            print(f"  {'  paired with a plain loop just before':<34} {cells}")
         if not args.skip_extras:
             rate = source_run(spark, local, "bench", tmp, "parquet", 3).start_to_end
             print(f"source -> parquet, warm:                        {rate:,.0f} rows/s")
