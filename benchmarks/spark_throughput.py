@@ -3,7 +3,7 @@ loop on the same stream in the same run, and the ratios; also the Kinesis sink a
 processor.
 
     uv run python benchmarks/spark_throughput.py [--records 50000] [--shards 4] [--phases]
-        [--shards-per-task 2] [--skip-extras] [--driver] [--profile]
+        [--shards-per-task 2] [--runs 3] [--preload] [--skip-extras] [--driver] [--profile]
 
 Starts moto's server, writes a backlog, starts a local[2] Spark session, then measures:
 (1) the plain loop: every shard read from TRIM_HORIZON to its end with GetRecords of 10,000,
@@ -15,10 +15,15 @@ Starts moto's server, writes a backlog, starts a local[2] Spark session, then me
     starts are listed, from /proc, to show that), each three ways: from ``start()`` to the end,
     from the first batch's start to the end (a query already running: without the one Python
     process Spark starts on the driver for every query's source), and over the batches;
-    with the default ``shardsPerTask``, 1 and ``--shards-per-task``;
+    with the default ``shardsPerTask``, 1 and ``--shards-per-task``, ``--runs`` times each
+    (medians and bests printed; also the median of each query's ratio to a plain loop run just
+    before it, since the machine's load drifts between the first and the last plain loop);
 (3) the same into parquet; (4) the Kinesis sink copying the backlog into a second stream;
 (5) kclasync workers with ``SparkProcessor`` + ``ParquetSink``.
 ``--driver`` times only the source's own driver calls (its reader called as Spark calls it).
+``--preload`` starts the session with ``spark.python.daemon.module`` set to
+``kclasync.integrations.spark_daemon`` (workers forked with the AWS stack imported: the cold
+query is the one that changes).
 ``--profile`` runs cProfile over one executor-side read of a shard (what a task does) and prints
 the top entries. Everything shares the machine's cores with moto; bounded by ``--timeout``.
 """
@@ -27,18 +32,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import os
-import pstats
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from functools import partial
+from statistics import median
 from typing import Any, NamedTuple
 
 import orjson
@@ -49,74 +48,16 @@ from kclasync import Consumer, ConsumerConfig
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.testing.emulators import LocalAws, moto_process
 
+# Run as a script (``uv run python benchmarks/spark_throughput.py``): its directory is on the path.
+from spark_probes import AWS, describe, driver_calls, new_processes, profile_task  # isort: skip
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kclasync.__file__)))
 
 #: Print each run's batches and Spark's time per phase (``--phases``).
 PHASES = False
 
-AWS = {"region": "us-east-1", "awsAccessKeyId": "testing", "awsSecretKey": "testing"}
-
-
-def _descendants() -> dict[int, str]:
-    """This process's descendants (pid -> what runs in it), from /proc."""
-    parents: dict[int, int] = {}
-    commands: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-        words = [a.decode(errors="replace") for a in argv if a]
-        module = [w for w in words if w.startswith("pyspark.")]
-        program = os.path.basename(words[0]) if words else "?"
-        commands[int(entry)] = module[-1] if module else program
-    mine = {os.getpid()}
-    changed = True
-    while changed:
-        changed = False
-        for pid, parent in parents.items():
-            if parent in mine and pid not in mine:
-                mine.add(pid)
-                changed = True
-    mine.discard(os.getpid())
-    return {pid: commands[pid] for pid in mine}
-
-
-@contextmanager
-def new_processes() -> Iterator[dict[int, str]]:
-    """The processes this process's tree starts inside the block (sampled every 20 ms): Python
-    workers Spark reuses do not show up; a worker (or driver-side runner) it starts does."""
-    before = _descendants()
-    seen: dict[int, str] = {}
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.02):
-            for pid, what in _descendants().items():
-                # A process Spark spawns runs a helper first, then execs into Python.
-                if pid not in before and (pid not in seen or what.startswith("pyspark.")):
-                    seen[pid] = what
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield seen
-    finally:
-        done.set()
-        thread.join()
-
-
-def describe(procs: dict[int, str]) -> str:
-    kinds: dict[str, int] = {}
-    for what in procs.values():
-        kinds[what] = kinds.get(what, 0) + 1
-    return ", ".join(f"{n} x {what}" for what, n in sorted(kinds.items())) or "none"
+#: ``--preload``: the daemon module that imports the source's AWS stack before forking workers.
+DAEMON = "kclasync.integrations.spark_daemon"
 
 
 async def backlog(local: LocalAws, stream: str, shards: int, records: int) -> None:
@@ -258,90 +199,6 @@ async def processor_run(spark: Any, local: LocalAws, stream: str, tmp: str, reco
     return written / (time.monotonic() - started)
 
 
-def driver_calls(local: LocalAws, stream: str, repeat: int = 5) -> None:
-    """The source's own driver work for one AvailableNow query, timed by calling its reader
-    as Spark does (the executors' reads in between are not counted): median of ``repeat``."""
-    import statistics
-
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-    from kclasync.spark.checks import check_source
-    from kclasync.spark.shard_task import arrow_batches
-    from kclasync.spark.source import KinesisStreamReader, SourceOptions
-
-    options = SourceOptions.parse(
-        {
-            "streamName": stream,
-            "endpointUrl": local.endpoint_url,
-            "startingPosition": "TRIM_HORIZON",
-            "maxRecordsPerShard": "100000",
-            **AWS,
-        }
-    )
-    check_source(options)  # what load() does: creates the progress table
-    phases: dict[str, list[float]] = {}
-    everything = ReadAllAvailable()
-
-    def timed(name: str, call: Any) -> Any:
-        started = time.monotonic()
-        out = call()
-        phases.setdefault(name, []).append(time.monotonic() - started)
-        return out
-
-    for _ in range(repeat):
-        reader = KinesisStreamReader(options)
-        first = timed("initialOffset (opens the clients)", reader.initialOffset)
-        reader.prepareForTriggerAvailableNow()
-        end = timed("latestOffset, the batch", partial(reader.latestOffset, first, everything))
-        parts = timed("partitions", partial(reader.partitions, first, end))
-        for part in parts:  # the executors' work, not timed
-            for _batch in arrow_batches(part):
-                pass
-        last = timed("latestOffset, nothing more", partial(reader.latestOffset, end, everything))
-        assert last == end, "the final planning found more to read"
-        timed("stop", reader.stop)
-    total = 0.0
-    for name, seconds in phases.items():
-        median = statistics.median(seconds)
-        total += median
-        print(f"  driver: {name:<36} {1000 * median:7.0f} ms (median of {repeat})")
-    print(f"  driver: {'total':<36} {1000 * total:7.0f} ms")
-    # What Spark's per-query Python process for the source pays before the reader exists: a
-    # fresh interpreter importing Spark's runner, then the source (botocore, aiohttp, kclasync).
-    runner = "import pyspark.sql.streaming.python_streaming_source_runner"
-    for label, code in (
-        ("python + Spark's source runner", runner),
-        ("  + import kclasync.spark.source", f"{runner}; import kclasync.spark.source"),
-    ):
-        took = []
-        for _ in range(repeat):
-            started = time.monotonic()
-            subprocess.run([sys.executable, "-c", code], check=True)
-            took.append(time.monotonic() - started)
-        median = statistics.median(took)
-        print(f"  process: {label:<35} {1000 * median:7.0f} ms (median of {repeat})")
-
-
-def profile_task(local: LocalAws, stream: str) -> None:
-    """One executor-side read of the first shard, under cProfile."""
-    from kclasync.spark.fetch import read_shard
-    from kclasync.spark.schema import records_to_arrow
-
-    async def task() -> None:
-        async with local.client_options().create_client("kinesis") as client:
-            kinesis = KinesisStreamClient(client)
-            shard = (await kinesis.list_shards(stream))[0].shard_id
-            read = await read_shard(kinesis, stream, shard, "TRIM_HORIZON", quota=100_000)
-            for i in range(0, len(read.records), 4096):
-                records_to_arrow(read.records[i : i + 4096], stream)
-
-    prof = cProfile.Profile()
-    prof.enable()
-    asyncio.run(task())
-    prof.disable()
-    pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=50_000)
@@ -354,6 +211,10 @@ def main() -> None:
         help="also measure the source with this shardsPerTask (local[2]: 2 reads all 4 at once)",
     )
     parser.add_argument("--phases", action="store_true", help="Spark's time per batch phase")
+    parser.add_argument("--runs", type=int, default=3, help="warm timed queries per setting")
+    parser.add_argument(
+        "--preload", action="store_true", help="spark.python.daemon.module: kclasync's daemon"
+    )
     parser.add_argument(
         "--driver", action="store_true", help="only time the source's driver calls, then exit"
     )
@@ -383,34 +244,40 @@ def main() -> None:
 
         from kclasync.spark import register
 
-        spark = (
+        builder = (
             SparkSession.builder.master("local[2]")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.driver.memory", "1g")
-            .getOrCreate()
         )
+        if args.preload:
+            builder = builder.config("spark.python.daemon.module", DAEMON)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         print(f"spark session start: {time.monotonic() - started:.1f} s (kclasync from {ROOT})")
         reuse = spark.sparkContext.getConf().get("spark.python.worker.reuse", "true")
-        print(f"spark.python.worker.reuse: {reuse}")
+        print(f"spark.python.worker.reuse: {reuse}; daemon module: {args.preload and DAEMON}")
         # Cold: the session's first query (Spark starts its Python workers for it).
         cold = source_run(spark, local, "bench", tmp, "noop", 0, None)
         asyncio.run(backlog(local, "warmup", args.shards, 400))
         per_task: list[int | None] = [None, 1, args.shards_per_task]
         runs: dict[int | None, list[Rates]] = {k: [] for k in per_task}
+        #: Each timed query's rates over a plain loop run just before it (load drifts).
+        paired: dict[int | None, list[Rates]] = {k: [] for k in per_task}
         timed_started: dict[str, int] = {}
-        for i in (1, 2):
+        for i in range(1, args.runs + 1):
             for j, k in enumerate(per_task):
                 # Warm: a short query first, in the same session (its Python workers stay up
                 # and keep kclasync imported), then the timed one on the same backlog.
                 if PHASES:
                     print(f"  warm-up before run {100 * i + j}:")
                 source_run(spark, local, "warmup", tmp, "noop", 1000 + 100 * i + j, k)
+                n, s = asyncio.run(plain_loop(local, "bench"))
                 with new_processes() as procs:
                     runs[k].append(source_run(spark, local, "bench", tmp, "noop", 100 * i + j, k))
+                paired[k].append(Rates(*(v * s / n for v in runs[k][-1])))
                 for what in procs.values():
                     if what.startswith("pyspark."):
                         timed_started[what] = timed_started.get(what, 0) + 1
@@ -426,7 +293,7 @@ def main() -> None:
             print(f"  {name:<34} {cells[0]:>20} {cells[1]:>20} {cells[2]:>20}")
 
         print(
-            f"  Python processes started by the {2 * len(per_task)} warm timed queries: "
+            f"  Python processes started by the {args.runs * len(per_task)} warm timed queries: "
             f"{timed_started}"
         )
         row("cold (session's 1st query), default", cold)
@@ -435,8 +302,13 @@ def main() -> None:
             for field in ("start_to_end", "running", "batches"):
                 each = [round(getattr(r, field)) for r in runs[k]]
                 print(f"    shardsPerTask={name} {field}: {each}")
+            middle = Rates(*(median(getattr(r, f) for r in runs[k]) for f in Rates._fields))
+            row(f"warm, shardsPerTask={name} (median of {args.runs})", middle)
             best = Rates(*(max(getattr(r, f) for r in runs[k]) for f in Rates._fields))
-            row(f"warm, shardsPerTask={name} (best of 2)", best)
+            row(f"warm, shardsPerTask={name} (best of {args.runs})", best)
+            ratios = [median(getattr(r, f) for r in paired[k]) for f in Rates._fields]
+            cells = " ".join(f"{v:>19.2f}x" for v in ratios)
+            print(f"  {'  paired with a plain loop just before':<34} {cells}")
         if not args.skip_extras:
             rate = source_run(spark, local, "bench", tmp, "parquet", 3).start_to_end
             print(f"source -> parquet, warm:                        {rate:,.0f} rows/s")
