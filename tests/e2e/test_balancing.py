@@ -64,30 +64,43 @@ async def running(*consumers: Consumer) -> AsyncIterator[list[asyncio.Task[None]
 async def test_scale_out_one_to_four_balances_in_one_round_without_duplicates(
     moto: LocalAws, unique_name: str
 ) -> None:
+    # The KCL's default failover time: renewals (every failover / 3) may then run some 6 s late,
+    # as on a loaded machine, before a lease lapses. The protocol's bounds below are multiples
+    # of it, counted from the event that starts them; start-up and draining are plain I/O.
+    failover = 10.0
     async with aws_for(moto, unique_name) as aws:
         await aws.create_stream(16)
         first = await aws.produce(800)
         tally = Tally()
-        w1 = aws.consumer(tally.handler("w1"), worker_id="w1")
-        new = [aws.consumer(tally.handler(f"w{i}"), worker_id=f"w{i}") for i in (2, 3, 4)]
+        w1 = aws.consumer(tally.handler("w1"), worker_id="w1", failover_time=failover)
+        new = [
+            aws.consumer(tally.handler(f"w{i}"), worker_id=f"w{i}", failover_time=failover)
+            for i in (2, 3, 4)
+        ]
         async with running(w1):
-            await wait_until(lambda: len(w1.held_leases) == 16, 20, "w1 to hold all 16")
-            await wait_until(lambda: tally.seen(first), 30, "the backlog")
+            await wait_until(lambda: len(w1.held_leases) == 16, 60, "w1 to hold all 16")
+            await wait_until(lambda: tally.seen(first), 120, "the backlog")
             async with producing(aws) as produced, running(*new):
                 await wait_until(
+                    lambda: all(c.health["running"] for c in new), 60, "the new workers to start"
+                )
+                # Each started worker waits at most 1 s to see the others, then scans once.
+                await wait_until(
                     lambda: all(rounds(c) >= 1 for c in new),
-                    20,
+                    2 * failover,
                     "one taking round by each new worker",
                 )
                 # After one round each: 4 leases per worker (handoffs may still be finishing).
                 assert sorted((await owners(aws)).values()) == [4, 4, 4, 4]
-                await wait_until(lambda: no_handoffs(aws), 20, "every handoff to finish")
+                # The old owner sees a handoff at its next renewal and finishes its batch; the
+                # new owner starts the lease at its own next renewal.
+                await wait_until(lambda: no_handoffs(aws), 2 * failover, "every handoff to finish")
                 assert sorted(len(c.held_leases) for c in [w1, *new]) == [4, 4, 4, 4]
                 # Records keep flowing through all four workers.
                 mark = len(produced)
-                await wait_until(lambda: len(produced) > mark + 400, 20, "more records")
-                await wait_until(lambda: tally.seen(produced[: mark + 400]), 30, "them consumed")
-            await wait_until(lambda: tally.seen(produced), 30, "everything produced")
+                await wait_until(lambda: len(produced) > mark + 400, 60, "more records")
+                await wait_until(lambda: tally.seen(produced[: mark + 400]), 120, "them consumed")
+            await wait_until(lambda: tally.seen(produced), 120, "everything produced")
         assert tally.duplicates == 0
         assert all(tally.by_worker.get(f"w{i}") for i in (2, 3, 4))
 
