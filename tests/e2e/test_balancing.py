@@ -166,6 +166,10 @@ async def test_rolling_restart_loses_and_duplicates_nothing(
 
 # -- sticky shards (seed 004), one behaviour per test ------------------------------------------
 
+#: The tests below count taking rounds (what a pin holds over them), not their period: a round
+#: every second instead of the default 2 x (failover + epsilon) with early failover.
+QUICK_ROUNDS = {"lease_taker_interval": 1.0}
+
 
 async def test_pinned_lease_is_not_stolen_and_stays_renewed_by_its_owner(
     moto: LocalAws, unique_name: str
@@ -180,7 +184,7 @@ async def test_pinned_lease_is_not_stolen_and_stays_renewed_by_its_owner(
             for key in pinned:
                 await aws.store.set_sticky(key, 10)
             before = {k: (await aws.store.get_lease(k)).counter for k in pinned}  # type: ignore[union-attr]
-            b = aws.consumer(tally.handler("b"), worker_id="b")
+            b = aws.consumer(tally.handler("b"), worker_id="b", **QUICK_ROUNDS)
             async with running(b):
                 await wait_until(lambda: rounds(b) >= 2, 20, "two rounds by b")
                 await wait_until(lambda: no_handoffs(aws), 20, "handoffs to finish")
@@ -242,8 +246,8 @@ async def test_sticky_release_checkpoints_releases_and_parks_the_lease(
     async with aws_for(moto, unique_name) as aws:
         await aws.create_stream(2)
         tally = Tally()
-        a = aws.consumer(tally.handler("a"), worker_id="a")
-        b = aws.consumer(tally.handler("b"), worker_id="b")
+        a = aws.consumer(tally.handler("a"), worker_id="a", **QUICK_ROUNDS)
+        b = aws.consumer(tally.handler("b"), worker_id="b", **QUICK_ROUNDS)
         async with running(a, b):
             async with producing(aws) as produced:
                 await wait_until(
@@ -279,7 +283,9 @@ async def test_pinned_lease_of_a_crashed_worker_waits_until_unpinned(
         await wait_until(lambda: rounds(a) >= 1, 10, "a to see the pin")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        b = aws.consumer(tally.handler("b"), worker_id="b", failover_time=1.0)
+        b = aws.consumer(
+            tally.handler("b"), worker_id="b", failover_time=1.0, lease_taker_interval=0.5
+        )
         async with running(b):
             await wait_until(lambda: other in b.held_leases, 20, "the unpinned lease")
             start = rounds(b)
@@ -309,7 +315,7 @@ async def test_unknown_sticky_values_are_logged_once_and_treated_as_normal(
             ExpressionAttributeValues={":s": {"S": "pinned please"}},
         )
         caplog.set_level(logging.WARNING, logger="kclasync.leases")
-        a = aws.consumer(tally.handler("a"), worker_id="a")
+        a = aws.consumer(tally.handler("a"), worker_id="a", **QUICK_ROUNDS)
         async with running(a):
             await wait_until(lambda: tally.seen(ids), 20, "both shards")
             await wait_until(lambda: rounds(a) >= 3, 20, "several rounds")
