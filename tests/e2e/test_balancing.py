@@ -64,30 +64,43 @@ async def running(*consumers: Consumer) -> AsyncIterator[list[asyncio.Task[None]
 async def test_scale_out_one_to_four_balances_in_one_round_without_duplicates(
     moto: LocalAws, unique_name: str
 ) -> None:
+    # The KCL's default failover time: renewals (every failover / 3) may then run some 6 s late,
+    # as on a loaded machine, before a lease lapses. The protocol's bounds below are multiples
+    # of it, counted from the event that starts them; start-up and draining are plain I/O.
+    failover = 10.0
     async with aws_for(moto, unique_name) as aws:
         await aws.create_stream(16)
         first = await aws.produce(800)
         tally = Tally()
-        w1 = aws.consumer(tally.handler("w1"), worker_id="w1")
-        new = [aws.consumer(tally.handler(f"w{i}"), worker_id=f"w{i}") for i in (2, 3, 4)]
+        w1 = aws.consumer(tally.handler("w1"), worker_id="w1", failover_time=failover)
+        new = [
+            aws.consumer(tally.handler(f"w{i}"), worker_id=f"w{i}", failover_time=failover)
+            for i in (2, 3, 4)
+        ]
         async with running(w1):
-            await wait_until(lambda: len(w1.held_leases) == 16, 20, "w1 to hold all 16")
-            await wait_until(lambda: tally.seen(first), 30, "the backlog")
+            await wait_until(lambda: len(w1.held_leases) == 16, 60, "w1 to hold all 16")
+            await wait_until(lambda: tally.seen(first), 120, "the backlog")
             async with producing(aws) as produced, running(*new):
                 await wait_until(
+                    lambda: all(c.health["running"] for c in new), 60, "the new workers to start"
+                )
+                # Each started worker waits at most 1 s to see the others, then scans once.
+                await wait_until(
                     lambda: all(rounds(c) >= 1 for c in new),
-                    20,
+                    2 * failover,
                     "one taking round by each new worker",
                 )
                 # After one round each: 4 leases per worker (handoffs may still be finishing).
                 assert sorted((await owners(aws)).values()) == [4, 4, 4, 4]
-                await wait_until(lambda: no_handoffs(aws), 20, "every handoff to finish")
+                # The old owner sees a handoff at its next renewal and finishes its batch; the
+                # new owner starts the lease at its own next renewal.
+                await wait_until(lambda: no_handoffs(aws), 2 * failover, "every handoff to finish")
                 assert sorted(len(c.held_leases) for c in [w1, *new]) == [4, 4, 4, 4]
                 # Records keep flowing through all four workers.
                 mark = len(produced)
-                await wait_until(lambda: len(produced) > mark + 400, 20, "more records")
-                await wait_until(lambda: tally.seen(produced[: mark + 400]), 30, "them consumed")
-            await wait_until(lambda: tally.seen(produced), 30, "everything produced")
+                await wait_until(lambda: len(produced) > mark + 400, 60, "more records")
+                await wait_until(lambda: tally.seen(produced[: mark + 400]), 120, "them consumed")
+            await wait_until(lambda: tally.seen(produced), 120, "everything produced")
         assert tally.duplicates == 0
         assert all(tally.by_worker.get(f"w{i}") for i in (2, 3, 4))
 
@@ -153,6 +166,10 @@ async def test_rolling_restart_loses_and_duplicates_nothing(
 
 # -- sticky shards (seed 004), one behaviour per test ------------------------------------------
 
+#: The tests below count taking rounds (what a pin holds over them), not their period: a round
+#: every second instead of the default 2 x (failover + epsilon) with early failover.
+QUICK_ROUNDS = {"lease_taker_interval": 1.0}
+
 
 async def test_pinned_lease_is_not_stolen_and_stays_renewed_by_its_owner(
     moto: LocalAws, unique_name: str
@@ -167,7 +184,7 @@ async def test_pinned_lease_is_not_stolen_and_stays_renewed_by_its_owner(
             for key in pinned:
                 await aws.store.set_sticky(key, 10)
             before = {k: (await aws.store.get_lease(k)).counter for k in pinned}  # type: ignore[union-attr]
-            b = aws.consumer(tally.handler("b"), worker_id="b")
+            b = aws.consumer(tally.handler("b"), worker_id="b", **QUICK_ROUNDS)
             async with running(b):
                 await wait_until(lambda: rounds(b) >= 2, 20, "two rounds by b")
                 await wait_until(lambda: no_handoffs(aws), 20, "handoffs to finish")
@@ -229,8 +246,8 @@ async def test_sticky_release_checkpoints_releases_and_parks_the_lease(
     async with aws_for(moto, unique_name) as aws:
         await aws.create_stream(2)
         tally = Tally()
-        a = aws.consumer(tally.handler("a"), worker_id="a")
-        b = aws.consumer(tally.handler("b"), worker_id="b")
+        a = aws.consumer(tally.handler("a"), worker_id="a", **QUICK_ROUNDS)
+        b = aws.consumer(tally.handler("b"), worker_id="b", **QUICK_ROUNDS)
         async with running(a, b):
             async with producing(aws) as produced:
                 await wait_until(
@@ -266,7 +283,9 @@ async def test_pinned_lease_of_a_crashed_worker_waits_until_unpinned(
         await wait_until(lambda: rounds(a) >= 1, 10, "a to see the pin")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        b = aws.consumer(tally.handler("b"), worker_id="b", failover_time=1.0)
+        b = aws.consumer(
+            tally.handler("b"), worker_id="b", failover_time=1.0, lease_taker_interval=0.5
+        )
         async with running(b):
             await wait_until(lambda: other in b.held_leases, 20, "the unpinned lease")
             start = rounds(b)
@@ -296,7 +315,7 @@ async def test_unknown_sticky_values_are_logged_once_and_treated_as_normal(
             ExpressionAttributeValues={":s": {"S": "pinned please"}},
         )
         caplog.set_level(logging.WARNING, logger="kclasync.leases")
-        a = aws.consumer(tally.handler("a"), worker_id="a")
+        a = aws.consumer(tally.handler("a"), worker_id="a", **QUICK_ROUNDS)
         async with running(a):
             await wait_until(lambda: tally.seen(ids), 20, "both shards")
             await wait_until(lambda: rounds(a) >= 3, 20, "several rounds")
