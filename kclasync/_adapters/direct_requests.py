@@ -1,7 +1,8 @@
 """A direct request path for the hot calls, on the clients kclasync creates from its own session.
 
-A worker's steady load is a renewal (``UpdateItem``) per lease per renewer period and a
-``GetRecords`` per shard per pause. botocore makes each one through a dozen event hooks, a
+A worker's steady load is a renewal (``UpdateItem``) per lease per renewer period, a
+``GetRecords`` per shard per pause, and its worker-registry heartbeats and reads (``UpdateItem``,
+``Scan``). botocore makes each one through a dozen event hooks, a
 parameter walk, an endpoint-ruleset evaluation, request preparation and a retry handler. Here
 those calls are made directly: the JSON body is the parameters as orjson writes them (the JSON
 protocol's body for the str/int/list/dict values the adapters pass), the headers are the ones
@@ -49,7 +50,7 @@ from kclasync._adapters.sigv4 import Scope
 log = logging.getLogger("kclasync.aws")
 
 #: Operations made directly, with the botocore client method that makes them otherwise.
-OPERATIONS = {"UpdateItem": "update_item", "GetRecords": "get_records"}
+OPERATIONS = {"UpdateItem": "update_item", "GetRecords": "get_records", "Scan": "scan"}
 
 _CALLERS: weakref.WeakKeyDictionary[Any, DirectCaller] = weakref.WeakKeyDictionary()
 

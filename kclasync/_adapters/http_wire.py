@@ -39,10 +39,11 @@ def _checked(text: str) -> str:
 def request_bytes(
     method: str, path: str, host: str, headers: Mapping[str, str], body: bytes
 ) -> bytes:
-    """One request with ``body``: ``Host`` first, then ``headers``, ``Accept-Encoding: identity``
-    (as aiobotocore's session sends) and the body's length."""
+    """One request with ``body``: ``Host`` first, then ``headers``, the ``Accept`` and
+    ``Accept-Encoding: identity`` headers aiobotocore's session sends, and the body's length."""
     lines = [f"{method} {_checked(path)} HTTP/1.1", f"Host: {_checked(host)}"]
     lines.extend(f"{_checked(name)}: {_checked(value)}" for name, value in headers.items())
+    lines.append("Accept: */*")
     lines.append("Accept-Encoding: identity")
     lines.append(f"Content-Length: {len(body)}\r\n\r\n")
     return "\r\n".join(lines).encode("utf-8") + body
