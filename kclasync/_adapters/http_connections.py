@@ -68,8 +68,14 @@ class _Exchange:
 
     def _arm(self, limit: float | None) -> None:
         self.since, self.limit = self.loop.time(), limit
-        if self.timer is None and limit is not None:
-            self.timer = self.loop.call_at(self.since + limit, self._check_time)
+        if limit is None:
+            return
+        due = self.since + limit
+        if self.timer is not None:
+            if self.timer.when() <= due:
+                return  # re-armed when it fires
+            self.timer.cancel()
+        self.timer = self.loop.call_at(due, self._check_time)
 
     def _check_time(self) -> None:
         self.timer = None

@@ -170,7 +170,10 @@ class ResponseReader:
             name, sep, value = line.partition(":")
             if not sep or not name or name[-1] in " \t" or line[0] in " \t":
                 raise FramingError(f"bad header line {line!r}")
-            headers[name.lower()] = value.strip(" \t")
+            name, value = name.lower(), value.strip(" \t")
+            if name == "content-length" and headers.get(name, value) != value:
+                raise FramingError("conflicting Content-Length headers")
+            headers[name] = value
         if 100 <= status < 200:
             if status == 101:
                 raise FramingError("protocol switch")
