@@ -2,17 +2,17 @@
 
 A worker's steady load is a renewal (``UpdateItem``) per lease per renewer period, a
 ``GetRecords`` per shard per pause, and its worker-registry heartbeats and reads (``UpdateItem``,
-``Scan``). botocore makes each one through a dozen event hooks, a
-parameter walk, an endpoint-ruleset evaluation, request preparation and a retry handler. Here
-those calls are made directly: the JSON body is the parameters as orjson writes them (the JSON
-protocol's body for the str/int/list/dict values the adapters pass), the headers are the ones
-botocore sends, the signature is SigV4 (``sigv4``: botocore's header, computed for this one
-request form) with the client's credentials (frozen per call, so refreshable credentials keep
-refreshing), the request goes through the client's own HTTP session (its connection pool,
-timeouts, proxies and TLS settings, or ``http_transport``, which stands in for it with the same
-settings when no proxy applies), and the response, successful or not, is parsed by the
-client's own parser. The endpoint and signing scope come from the client's endpoint ruleset,
-evaluated once per operation, table and account.
+``Scan``). botocore makes each one through a dozen event hooks, a parameter walk, an
+endpoint-ruleset evaluation, request preparation and a retry handler. Here those calls are made
+directly: the JSON body is the parameters as orjson writes them (the JSON protocol's body for
+the str/int/list/dict values the adapters pass), the headers are the ones botocore sends, the
+signature is SigV4 (``sigv4``: botocore's header, computed for this one request form) with the
+client's credentials (frozen per call, so refreshable credentials keep refreshing), the request
+is sent by ``http_transport`` with the client's HTTP settings (timeouts, pool size, keep-alive,
+TLS), or through the client's own HTTP session where that transport cannot stand in for it (a
+proxy applies, custom connector arguments), and the response, successful or not, is parsed by
+the client's own parser. The endpoint and signing scope come from the client's endpoint
+ruleset, evaluated once per operation, table and account.
 
 What comes back is what botocore's call would return or raise, decided by ``direct_outcomes``:
 a parsed success, or the client's own exception class for an error botocore would not retry
@@ -22,9 +22,9 @@ or parameter this path does not know) is made again as an ordinary botocore call
 the client's retry policy and raises botocore's exception: at most one request more than
 before, never a different result.
 
-Owns: ``enable`` (marks a client), ``call`` (one call, direct when the client is marked and the
-operation is one of ``OPERATIONS``, else botocore's), ``DirectCaller`` (request building,
-signing, sending; the endpoint cache) and its counters.
+Owns: ``enable`` (marks a client), ``close`` (its kept connections), ``call`` (one call,
+direct when the client is marked and the operation is one of ``OPERATIONS``, else botocore's),
+``DirectCaller`` (request building, signing, sending; the endpoint cache) and its counters.
 Must not: retry by itself, decide anything about leases or records, or touch a client or
 session the user made.
 """
