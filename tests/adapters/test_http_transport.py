@@ -4,7 +4,9 @@ A scripted asyncio server answers each request it reads with the next step of a 
 answer, an answer and a close, a close without an answer, silence), so that kept connections,
 connections the server closes (idle, or after reading a request), chunked answers written in
 pieces, timeouts and the in-flight limit are exercised on real sockets. HTTPS runs against a
-local TLS server with a certificate made by the ``openssl`` command (skipped without it). On moto
+local TLS server with a certificate made by the ``openssl`` command (skipped without it),
+directly and through clients whose ``verify`` is off, the certificate, or the system's CAs (the
+last refused as botocore refuses it, with the same exception). On moto
 (which closes every connection) and kinesis-local (which keeps them), the clients kclasync makes
 send their direct calls through this transport without falling back to botocore; with a proxy
 configured, the direct path leaves the sending to aiohttp, which goes through the proxy.
@@ -291,3 +293,50 @@ async def test_with_a_proxy_the_direct_path_sends_through_aiohttp() -> None:
             direct_requests.close(client)
     assert resp["NextShardIterator"] == "AAAA"
     assert script.requests[0][1].startswith(b"POST http://kinesis.invalid:4567 HTTP/1.1")
+
+
+async def test_https_follows_the_clients_verify_setting(tmp_path: Path) -> None:
+    cert, key = _certificate(tmp_path)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    ok = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.1\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+    )
+    script = Script([ok, ok])
+    async with serving(script, server_ctx) as port:
+        for verify in (False, str(cert)):
+            async with get_session().create_client(
+                "kinesis",
+                region_name="us-east-1",
+                endpoint_url=f"https://127.0.0.1:{port}",
+                aws_access_key_id="a",
+                aws_secret_access_key="b",
+                verify=verify,
+            ) as client:
+                direct_requests.enable(client)
+                caller = direct_requests.caller_for(client)
+                assert caller is not None and caller.transport is not None
+                resp = await direct_requests.call(client, "GetRecords", {"ShardIterator": "A"})
+                assert resp["NextShardIterator"] == "AAAA"
+                assert (caller.transport.opened, caller.fallbacks) == (1, 0)
+                direct_requests.close(client)
+        # Verified against the system's CAs: refused by the transport and by botocore alike.
+        async with get_session().create_client(
+            "kinesis",
+            region_name="us-east-1",
+            endpoint_url=f"https://127.0.0.1:{port}",
+            aws_access_key_id="a",
+            aws_secret_access_key="b",
+            config=AioConfig(retries={"max_attempts": 1}),
+        ) as client:
+            direct_requests.enable(client)
+            with pytest.raises(Exception) as direct_error:
+                await direct_requests.call(client, "GetRecords", {"ShardIterator": "A"})
+            with pytest.raises(Exception) as plain_error:
+                await client.get_records(ShardIterator="A")
+            caller = direct_requests.caller_for(client)
+            assert caller is not None and caller.fallbacks == 1
+            direct_requests.close(client)
+    assert type(direct_error.value) is type(plain_error.value)
+    assert type(direct_error.value).__name__ == "SSLError"
