@@ -115,7 +115,7 @@ class HttpTransport:
                 try:
                     reader = await conn.exchange(data, self._connect_timeout, self._read_timeout)
                 except TransportError as exc:
-                    if reused and not exc.received:
+                    if reused and not exc.received and not isinstance(exc.__cause__, TimeoutError):
                         continue  # a kept connection the server had closed: once more, on a new one
                     if not exc.connected:
                         self._forget(origin)

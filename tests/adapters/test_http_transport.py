@@ -340,3 +340,17 @@ async def test_https_follows_the_clients_verify_setting(tmp_path: Path) -> None:
             direct_requests.close(client)
     assert type(direct_error.value) is type(plain_error.value)
     assert type(direct_error.value).__name__ == "SSLError"
+
+
+async def test_a_kept_connection_that_times_out_is_not_tried_again() -> None:
+    # A silent server may be working on the request: no second request, the error goes up (and
+    # the direct path leaves the call to botocore's retry policy).
+    script = Script([OK, "hang"])
+    async with serving(script) as port:
+        transport = _transport(read_timeout=0.2)
+        assert (await transport.post(_origin(port), {}, b"{}"))[2] == BODY
+        with pytest.raises(TransportError) as raised:
+            await transport.post(_origin(port), {}, b"{}")
+        transport.close()
+    assert isinstance(raised.value.__cause__, TimeoutError)
+    assert (len(script.requests), script.connections) == (2, 1)
