@@ -8,10 +8,12 @@ processing is the wake-up latency (it must stay within the configured maximum id
 call). The baseline mode is the behaviour before idle shards were made cheap (a fixed
 ``idle_time_between_reads``, botocore's request path), selected through settings, so every mode
 runs in this one process and the figures are printed as ratios against it. The modes without
-the direct request path (``_adapters/direct_requests.py``) turn it off for their run only.
+the direct request path (``_adapters/direct_requests.py``) turn it off for their run only; the
+mode "direct path through aiohttp" keeps it but sends through the client's aiohttp session
+instead of kclasync's own HTTP transport (``_adapters/http_transport.py``), as it did first.
 
     uv run python benchmarks/idle_shards.py [--shards 100] [--window 60] [--warmup 15] [--wakeups 5]
-        [--modes 0,1,2,3,4] [--keep-alive]
+        [--modes 0,1,2,3,4,5] [--keep-alive]
 
 ``--keep-alive`` puts a proxy process between the worker and moto that keeps the worker's
 connections open (``benchmarks/keepalive_proxy.py``), to see what a call costs when
@@ -37,7 +39,7 @@ from aiobotocore.session import get_session
 
 from kclasync import ClientOptions, Consumer, ConsumerConfig, Record
 from kclasync._adapters import aws as aws_clients
-from kclasync._adapters import direct_requests
+from kclasync._adapters import direct_requests, http_transport
 from kclasync.testing.emulators import LocalAws, free_port, moto_process
 
 REGION = "us-east-1"
@@ -51,6 +53,8 @@ class Mode:
     config: dict[str, object]
     options: dict[str, object]
     direct: bool = True
+    #: The direct path sends through kclasync's own HTTP transport (False: through aiohttp).
+    transport: bool = True
 
 
 MODES = (
@@ -60,6 +64,7 @@ MODES = (
         {"fast_requests": False},
     ),
     Mode("fixed 1.5 s, fast requests, no direct path", {}, {}, direct=False),
+    Mode("fixed 1.5 s, direct path through aiohttp", {}, {}, transport=False),
     Mode("defaults (fixed 1.5 s, fast + direct)", {}, {}),
     Mode(
         "max idle 6 s, fast requests, no direct path",
@@ -72,17 +77,21 @@ MODES = (
 
 
 @contextlib.contextmanager
-def direct_path(on: bool) -> Iterator[None]:
-    """The direct request path on (as shipped) or off (clients keep botocore's path)."""
-    if on:
-        yield
-        return
+def direct_path(on: bool, transport: bool = True) -> Iterator[None]:
+    """The direct request path on (as shipped) or off (clients keep botocore's path); with
+    ``transport`` False it sends through the client's aiohttp session, as before
+    ``_adapters/http_transport.py``."""
     enable = aws_clients.direct_requests.enable
-    aws_clients.direct_requests.enable = lambda client: None  # type: ignore[assignment]
+    for_session = http_transport.for_session
+    if not on:
+        aws_clients.direct_requests.enable = lambda client: None  # type: ignore[assignment]
+    if not transport:
+        http_transport.for_session = lambda session: None  # type: ignore[assignment]
     try:
         yield
     finally:
         aws_clients.direct_requests.enable = enable  # type: ignore[method-assign]
+        http_transport.for_session = for_session
 
 
 @attrs.frozen
@@ -247,7 +256,7 @@ async def main(args: argparse.Namespace) -> None:
             await ddb.list_tables()  # moto loads its DynamoDB code on the first call
         results: list[tuple[Mode, Figures]] = []
         for mode in [MODES[int(i)] for i in args.modes.split(",")]:
-            with direct_path(mode.direct):
+            with direct_path(mode.direct, mode.transport):
                 figures = await measure(aws, stream, hash_keys, mode, args, worker_url)
             results.append((mode, figures))
             print(f"  {mode.name}: {figures}", flush=True)

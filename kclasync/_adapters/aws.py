@@ -112,4 +112,7 @@ async def _with_fast_requests(
         fast_requests.install(client)
         if direct:
             direct_requests.enable(client)
-        yield client
+        try:
+            yield client
+        finally:
+            direct_requests.close(client)

@@ -1,16 +1,18 @@
 """A direct request path for the hot calls, on the clients kclasync creates from its own session.
 
-A worker's steady load is a renewal (``UpdateItem``) per lease per renewer period and a
-``GetRecords`` per shard per pause. botocore makes each one through a dozen event hooks, a
-parameter walk, an endpoint-ruleset evaluation, request preparation and a retry handler. Here
-those calls are made directly: the JSON body is the parameters as orjson writes them (the JSON
-protocol's body for the str/int/list/dict values the adapters pass), the headers are the ones
-botocore sends, the signature is SigV4 (``sigv4``: botocore's header, computed for this one
-request form) with the client's credentials (frozen per call, so refreshable credentials keep
-refreshing), the request goes through the client's own HTTP session (its connection pool,
-timeouts, proxies and TLS settings), and the response, successful or not, is parsed by the
-client's own parser. The endpoint and signing scope come from the client's endpoint ruleset,
-evaluated once per operation, table and account.
+A worker's steady load is a renewal (``UpdateItem``) per lease per renewer period, a
+``GetRecords`` per shard per pause, and its worker-registry heartbeats and reads (``UpdateItem``,
+``Scan``). botocore makes each one through a dozen event hooks, a parameter walk, an
+endpoint-ruleset evaluation, request preparation and a retry handler. Here those calls are made
+directly: the JSON body is the parameters as orjson writes them (the JSON protocol's body for
+the str/int/list/dict values the adapters pass), the headers are the ones botocore sends, the
+signature is SigV4 (``sigv4``: botocore's header, computed for this one request form) with the
+client's credentials (frozen per call, so refreshable credentials keep refreshing), the request
+is sent by ``http_transport`` with the client's HTTP settings (timeouts, pool size, keep-alive,
+TLS), or through the client's own HTTP session where that transport cannot stand in for it (a
+proxy applies, custom connector arguments), and the response, successful or not, is parsed by
+the client's own parser. The endpoint and signing scope come from the client's endpoint
+ruleset, evaluated once per operation, table and account.
 
 What comes back is what botocore's call would return or raise, decided by ``direct_outcomes``:
 a parsed success, or the client's own exception class for an error botocore would not retry
@@ -20,9 +22,9 @@ or parameter this path does not know) is made again as an ordinary botocore call
 the client's retry policy and raises botocore's exception: at most one request more than
 before, never a different result.
 
-Owns: ``enable`` (marks a client), ``call`` (one call, direct when the client is marked and the
-operation is one of ``OPERATIONS``, else botocore's), ``DirectCaller`` (request building,
-signing, sending; the endpoint cache) and its counters.
+Owns: ``enable`` (marks a client), ``close`` (its kept connections), ``call`` (one call,
+direct when the client is marked and the operation is one of ``OPERATIONS``, else botocore's),
+``DirectCaller`` (request building, signing, sending; the endpoint cache) and its counters.
 Must not: retry by itself, decide anything about leases or records, or touch a client or
 session the user made.
 """
@@ -42,13 +44,13 @@ import orjson
 from aiobotocore.context import start_as_current_context
 from botocore.configprovider import NEW_RETRIES_ENABLED
 
-from kclasync._adapters import direct_outcomes
+from kclasync._adapters import direct_outcomes, http_transport
 from kclasync._adapters.sigv4 import Scope
 
 log = logging.getLogger("kclasync.aws")
 
 #: Operations made directly, with the botocore client method that makes them otherwise.
-OPERATIONS = {"UpdateItem": "update_item", "GetRecords": "get_records"}
+OPERATIONS = {"UpdateItem": "update_item", "GetRecords": "get_records", "Scan": "scan"}
 
 _CALLERS: weakref.WeakKeyDictionary[Any, DirectCaller] = weakref.WeakKeyDictionary()
 
@@ -59,6 +61,13 @@ def enable(client: Any) -> None:
         _CALLERS[client] = DirectCaller(client)
     except (AttributeError, TypeError, KeyError) as exc:  # another aiobotocore: botocore's path
         log.debug("direct requests unavailable on %r: %s", client, exc)
+
+
+def close(client: Any) -> None:
+    """Close the connections ``client``'s direct path keeps (when the client is closed)."""
+    caller = _CALLERS.pop(client, None)
+    if caller is not None and caller.transport is not None:
+        caller.transport.close()
 
 
 def caller_for(client: Any) -> DirectCaller | None:
@@ -96,10 +105,14 @@ class _Request:
 class _Target:
     """Where one operation goes, and how it is signed (from the client's endpoint ruleset)."""
 
-    __slots__ = ("headers", "scope", "url")
+    __slots__ = ("headers", "origin", "scope", "url")
 
-    def __init__(self, url: str, headers: dict[str, str], scope: Scope) -> None:
+    def __init__(
+        self, url: str, headers: dict[str, str], scope: Scope, origin: http_transport.Origin | None
+    ) -> None:
         self.url = url
+        #: Where ``http_transport`` sends it; None: through the client's HTTP session.
+        self.origin = origin
         #: The ruleset's headers, and the User-Agent botocore sends for this operation.
         self.headers = headers
         self.scope = scope
@@ -114,6 +127,8 @@ class DirectCaller:
         if model.protocol != "json" or client._request_signer._signature_version != "v4":
             raise TypeError("only JSON-protocol services signed with SigV4")
         self._http = client._endpoint.http_session
+        #: kclasync's own HTTP/1.1 transport, standing in for the client's session when it can.
+        self.transport = http_transport.for_session(self._http)
         self._parser = client._endpoint._response_parser_factory.create_parser("json")
         self._signer = client._request_signer
         self._content_type = f"application/x-amz-json-{model.metadata['jsonVersion']}"
@@ -158,7 +173,11 @@ class DirectCaller:
             region = signing.get("region") or self._client.meta.region_name
             name = signing.get("signing_name") or self._client.meta.service_model.signing_name
             fixed = {**(headers or {}), "User-Agent": user_agent}
-            target = _Target(url, fixed, Scope(url, region, name))
+            scope = Scope(url, region, name)
+            origin = None
+            if self.transport is not None and not http_transport.proxied(self._http, url):
+                origin = http_transport.Origin.of(url, scope.host)
+            target = _Target(url, fixed, scope, origin)
         self._targets[key] = target
         return target
 
@@ -209,22 +228,25 @@ class DirectCaller:
         # Added after signing, as botocore does (they are not signed).
         headers["amz-sdk-invocation-id"] = str(uuid.uuid4())
         headers["amz-sdk-request"] = self._attempt
-        request = _Request(target.url, headers, body)
         try:
-            response = await self._http.send(request)
-            content = await response.content
-        except Exception as exc:  # connection, timeout: botocore's retries decide
+            if target.origin is not None and self.transport is not None:
+                status, answer, content = await self.transport.post(target.origin, headers, body)
+            else:
+                response = await self._http.send(_Request(target.url, headers, body))
+                status, answer, content = (
+                    response.status_code,
+                    response.headers,
+                    await response.content,
+                )
+        except Exception as exc:  # connection, timeout, framing: botocore's retries decide
             log.debug("direct %s failed (%s); made through botocore", operation, exc)
             return None
         self.direct += 1
         parsed = await direct_outcomes.outcome(
-            self._client, self._parser, op, response.status_code, response.headers, content
+            self._client, self._parser, op, status, answer, content
         )
         if parsed is None:
             log.debug(
-                "direct %s answered %s %.200r; made through botocore",
-                operation,
-                response.status_code,
-                content,
+                "direct %s answered %s %.200r; made through botocore", operation, status, content
             )
         return parsed

@@ -4,7 +4,8 @@ one-time removal of earlier kclasync registry items from the lease table.
 Owns: the DynamoDB calls behind ``WorkerRegistry``: creating the table as the KCL does (HASH
 ``wid`` S, PAY_PER_REQUEST), writing an entry with UpdateItem (``lut``, ``sts``, ``opr`` and
 kclasync's ``impl`` marker only, so attributes a newer KCL adds, such as ``sup``/``slu``,
-survive), a strongly consistent paged scan, and deleting an entry.
+survive), a strongly consistent paged scan, and deleting an entry. The writes and scans (a
+worker's steady heartbeats and reads) go through ``direct_requests.call``.
 Item layout: ``core.worker_metrics``.
 Must not: decide anything (liveness, validity and the migration's key selection are the core's).
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from kclasync._adapters import direct_requests
 from kclasync._adapters.dynamodb import _code, _mapped_errors, ensure_table
 from kclasync._core import worker_metrics as wm
 
@@ -64,12 +66,16 @@ class DynamoWorkerMetrics:
             update += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(stale)))
         async with _mapped_errors("UpdateItem"):
             self._count("report")
-            await self._client.update_item(
-                TableName=self.table_name,
-                Key={wm.WORKER_ID: item[wm.WORKER_ID]},
-                UpdateExpression=update,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
+            await direct_requests.call(
+                self._client,
+                "UpdateItem",
+                {
+                    "TableName": self.table_name,
+                    "Key": {wm.WORKER_ID: item[wm.WORKER_ID]},
+                    "UpdateExpression": update,
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values,
+                },
             )
 
     async def list_workers(self) -> wm.DecodedEntries:
@@ -78,7 +84,7 @@ class DynamoWorkerMetrics:
         while True:
             async with _mapped_errors("Scan"):
                 self._count("list_workers")
-                resp = await self._client.scan(**kwargs)
+                resp = await direct_requests.call(self._client, "Scan", kwargs)
             items.extend(resp.get("Items", []))
             if "LastEvaluatedKey" not in resp:
                 break
