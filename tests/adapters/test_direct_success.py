@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kclasync._adapters import direct_success
+from kclasync._adapters import direct_requests, direct_success
 from kclasync.testing.emulators import LocalAws
 
 pytestmark = pytest.mark.asyncio
@@ -172,3 +172,18 @@ async def test_get_records_parse_the_same_on_kinesis_local(
     kinesis: LocalAws, unique_name: str
 ) -> None:
     await _get_records(kinesis, unique_name, split=True)
+
+
+async def test_direct_callers_use_it_where_results_match(moto: LocalAws) -> None:
+    """kclasync's clients parse these successes here; GetRecords only with kclasync's
+    GetRecords parser (botocore's gives local-time timestamps)."""
+    everything = {"UpdateItem", "Scan", "GetRecords"}
+    async with (
+        moto.client_options().create_client("kinesis") as fast,
+        moto.client_options(fast_parsing=False).create_client("kinesis") as plain,
+    ):
+        fast_caller = direct_requests.caller_for(fast)
+        plain_caller = direct_requests.caller_for(plain)
+        assert fast_caller is not None and plain_caller is not None
+        assert direct_success.enabled_for(fast_caller._parser) == everything
+        assert direct_success.enabled_for(plain_caller._parser) == everything - {"GetRecords"}
