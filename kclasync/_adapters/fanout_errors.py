@@ -17,6 +17,7 @@ from botocore.parsers import ResponseParserError
 
 from kclasync.errors import AdapterError, ThrottledError, TransientError
 
+#: Kinesis error codes for a throttled call (polling and fan-out alike).
 THROTTLING_CODES = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -25,6 +26,7 @@ THROTTLING_CODES = frozenset(
         "KMSThrottlingException",
     }
 )
+#: Kinesis error codes for a server-side failure worth retrying (polling and fan-out alike).
 TRANSIENT_CODES = frozenset(
     {
         "InternalFailure",

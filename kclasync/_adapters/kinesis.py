@@ -18,6 +18,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kclasync._adapters import direct_requests
+from kclasync._adapters.fanout_errors import THROTTLING_CODES, TRANSIENT_CODES
 from kclasync._adapters.protocols import (
     ChildShard,
     ExpiredIteratorError,
@@ -32,14 +33,6 @@ from kclasync._core.streams import StreamIdentity
 from kclasync._records import Record
 from kclasync.errors import StreamNotFoundError, ThrottledError, TransientError
 
-_THROTTLING = {
-    "ProvisionedThroughputExceededException",
-    "LimitExceededException",
-    "ThrottlingException",
-    "KMSThrottlingException",
-}
-_TRANSIENT = {"InternalFailure", "ServiceUnavailable", "InternalServerError"}
-
 
 @contextlib.asynccontextmanager
 async def _mapped_errors(
@@ -50,7 +43,7 @@ async def _mapped_errors(
         yield
     except ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code in _THROTTLING:
+        if code in THROTTLING_CODES:
             raise ThrottledError(f"Kinesis {operation} on {where} throttled: {code}") from exc
         if code == "ExpiredIteratorException":
             raise ExpiredIteratorError(f"iterator for {where} expired") from exc
@@ -58,7 +51,7 @@ async def _mapped_errors(
             if shard_id is None:
                 raise StreamNotFoundError(stream) from exc
             raise ShardNotFoundError(f"{where} not found") from exc
-        if code in _TRANSIENT:
+        if code in TRANSIENT_CODES:
             raise TransientError(f"Kinesis {operation} on {where} failed: {code}") from exc
         raise
     except (TimeoutError, BotoCoreError, OSError) as exc:

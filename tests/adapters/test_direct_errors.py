@@ -243,6 +243,29 @@ async def test_retried_errors_go_through_botocore(
     assert type(direct.__cause__).__name__ == type(plain.__cause__).__name__
 
 
+@pytest.mark.parametrize(
+    ("code", "status", "mapped"),
+    [
+        ("ProvisionedThroughputExceededException", 400, ThrottledError),
+        ("KMSThrottlingException", 400, ThrottledError),
+        ("InternalFailureException", 500, TransientError),
+        ("ServiceUnavailable", 503, TransientError),
+    ],
+)
+async def test_retried_kinesis_errors_map_like_fan_out_s(
+    server: Recorded, code: str, status: int, mapped: type[Exception]
+) -> None:
+    # Polling and fan-out share one list of throttling and transient codes.
+    adapted = await _both(
+        server,
+        "kinesis",
+        [_error(code, "x", status)] * 2,
+        lambda c: KinesisStreamClient(c).get_records("s", "shardId-0", "AAAA", 10),
+    )
+    for result, _ in adapted:
+        assert type(result) is mapped
+
+
 async def test_a_server_error_then_success_returns_the_success(server: Recorded) -> None:
     adapted = await _both(
         server,
