@@ -10,10 +10,9 @@ signature is SigV4 (``sigv4``: botocore's header, computed for this one request 
 client's credentials (frozen per call, so refreshable credentials keep refreshing), the request
 is sent by ``http_transport`` with the client's HTTP settings (timeouts, pool size, keep-alive,
 TLS), or through the client's own HTTP session where that transport cannot stand in for it (a
-proxy applies, custom connector arguments), and the response is parsed by the client's own
-parser, except the successes ``direct_success`` builds with orjson into the same dict. The
-endpoint and signing scope come from the client's endpoint ruleset, evaluated once per
-operation, table and account.
+proxy applies, custom connector arguments), and the response, successful or not, is parsed by
+the client's own parser. The endpoint and signing scope come from the client's endpoint
+ruleset, evaluated once per operation, table and account.
 
 What comes back is what botocore's call would return or raise, decided by ``direct_outcomes``:
 a parsed success, or the client's own exception class for an error botocore would not retry
@@ -45,7 +44,7 @@ import orjson
 from aiobotocore.context import start_as_current_context
 from botocore.configprovider import NEW_RETRIES_ENABLED
 
-from kclasync._adapters import direct_outcomes, direct_success, http_transport
+from kclasync._adapters import direct_outcomes, http_transport
 from kclasync._adapters.sigv4 import Scope
 
 log = logging.getLogger("kclasync.aws")
@@ -131,8 +130,6 @@ class DirectCaller:
         #: kclasync's own HTTP/1.1 transport, standing in for the client's session when it can.
         self.transport = http_transport.for_session(self._http)
         self._parser = client._endpoint._response_parser_factory.create_parser("json")
-        #: Operations whose successes ``direct_success`` parses (the same result as the parser).
-        self._fast = direct_success.enabled_for(self._parser)
         self._signer = client._request_signer
         self._content_type = f"application/x-amz-json-{model.metadata['jsonVersion']}"
         self._target_prefix = model.metadata["targetPrefix"]
@@ -245,17 +242,9 @@ class DirectCaller:
             log.debug("direct %s failed (%s); made through botocore", operation, exc)
             return None
         self.direct += 1
-        parsed = None
-        if (
-            status == 200
-            and operation in self._fast
-            and direct_outcomes.checksum_matches(answer, content)
-        ):
-            parsed = direct_success.parse(op, self._parser, status, answer, content)
-        if parsed is None:
-            parsed = await direct_outcomes.outcome(
-                self._client, self._parser, op, status, answer, content
-            )
+        parsed = await direct_outcomes.outcome(
+            self._client, self._parser, op, status, answer, content
+        )
         if parsed is None:
             log.debug(
                 "direct %s answered %s %.200r; made through botocore", operation, status, content

@@ -50,25 +50,6 @@ def _record(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def records(doc: Any, parser: Any, shape: Any) -> dict[str, Any] | None:
-    """The parse of a GetRecords body ``doc`` (as orjson read it), or None when it holds
-    something this module leaves to botocore's parser (``parser`` parses the child shards of
-    the output ``shape``)."""
-    try:
-        if not isinstance(doc, dict) or not isinstance(doc.get("Records"), list):
-            return None
-        parsed: dict[str, Any] = {"Records": [_record(r) for r in doc["Records"]]}
-    except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
-        return None
-    for key in ("NextShardIterator", "MillisBehindLatest"):
-        if doc.get(key) is not None:
-            parsed[key] = doc[key]
-    if doc.get("ChildShards") is not None:
-        children = shape.members["ChildShards"]
-        parsed["ChildShards"] = parser._parse_shape(children, doc["ChildShards"])
-    return parsed
-
-
 class _FastJSONParser(_JSONParser):  # type: ignore[misc]
     """botocore's JSON-protocol parser, with a direct path for GetRecords bodies."""
 
@@ -77,11 +58,19 @@ class _FastJSONParser(_JSONParser):  # type: ignore[misc]
             return super()._handle_json_body(raw_body, shape)
         try:
             doc = orjson.loads(raw_body)
-        except ValueError:
-            doc = None
-        parsed = records(doc, self, shape)
-        if parsed is None:  # anything odd: botocore's own parse, which knows how to report it
+            if not isinstance(doc, dict) or not isinstance(doc.get("Records"), list):
+                raise ValueError("not a GetRecords body")
+            parsed: dict[str, Any] = {"Records": [_record(r) for r in doc["Records"]]}
+        except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
+            # Anything odd: botocore's own parse, which knows how to report it.
             return super()._handle_json_body(raw_body, shape)
+        for key in ("NextShardIterator", "MillisBehindLatest"):
+            if doc.get(key) is not None:
+                parsed[key] = doc[key]
+        if doc.get("ChildShards") is not None:
+            parsed["ChildShards"] = self._parse_shape(
+                shape.members["ChildShards"], doc["ChildShards"]
+            )
         return parsed
 
 
@@ -92,11 +81,6 @@ class FastParserFactory(_ParserFactory):  # type: ignore[misc]
         if protocol_name == "json":
             return _FastJSONParser(**self._defaults)
         return super().create_parser(protocol_name)
-
-
-def is_fast(parser: Any) -> bool:
-    """Whether ``parser`` is this module's (GetRecords timestamps in UTC)."""
-    return isinstance(parser, _FastJSONParser)
 
 
 def install(session: Any) -> None:
