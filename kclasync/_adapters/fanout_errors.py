@@ -15,26 +15,9 @@ from botocore.eventstream import ParserError
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 
+from kclasync._adapters.kinesis import THROTTLING_CODES, TRANSIENT_CODES
 from kclasync.errors import AdapterError, ThrottledError, TransientError
 
-#: Kinesis error codes for a throttled call (polling and fan-out alike).
-THROTTLING_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "LimitExceededException",
-        "ThrottlingException",
-        "KMSThrottlingException",
-    }
-)
-#: Kinesis error codes for a server-side failure worth retrying (polling and fan-out alike).
-TRANSIENT_CODES = frozenset(
-    {
-        "InternalFailure",
-        "InternalFailureException",
-        "ServiceUnavailable",
-        "InternalServerError",
-    }
-)
 #: A connection that failed, timed out or broke off.
 CONNECTION_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, BotoCoreError)
 

@@ -18,7 +18,6 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kclasync._adapters import direct_requests
-from kclasync._adapters.fanout_errors import THROTTLING_CODES, TRANSIENT_CODES
 from kclasync._adapters.protocols import (
     ChildShard,
     ExpiredIteratorError,
@@ -32,6 +31,25 @@ from kclasync._core.shard import HashRange, Shard
 from kclasync._core.streams import StreamIdentity
 from kclasync._records import Record
 from kclasync.errors import StreamNotFoundError, ThrottledError, TransientError
+
+#: Kinesis error codes for a throttled call (polling and fan-out alike).
+THROTTLING_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "LimitExceededException",
+        "ThrottlingException",
+        "KMSThrottlingException",
+    }
+)
+#: Kinesis error codes for a server-side failure worth retrying (polling and fan-out alike).
+TRANSIENT_CODES = frozenset(
+    {
+        "InternalFailure",
+        "InternalFailureException",
+        "ServiceUnavailable",
+        "InternalServerError",
+    }
+)
 
 
 @contextlib.asynccontextmanager
