@@ -42,6 +42,7 @@ Must not: do I/O, read clocks (``now`` is passed in, in epoch seconds), or draw 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -89,6 +90,9 @@ class CorruptWorkerMetricsError(KclAsyncError):
         super().__init__(f"worker metrics item {worker_id!r} is unreadable: {reason}")
         self.worker_id = worker_id
         self.reason = reason
+        #: A digest of the item's content (set by ``decode_items``): it changes when the item
+        #: is rewritten, which is all that liveness needs (``presence_marks``).
+        self.fingerprint: int | None = None
 
 
 @attrs.frozen
@@ -323,8 +327,32 @@ def decode_items(items: Iterable[Item]) -> DecodedEntries:
         try:
             entries.append(decode_item(item))
         except CorruptWorkerMetricsError as exc:
+            exc.fingerprint = _fingerprint(item)
             corrupt.append(exc)
     return DecodedEntries(tuple(entries), tuple(corrupt))
+
+
+def _fingerprint(item: Item) -> int:
+    return zlib.crc32(repr(sorted(item.items(), key=lambda kv: kv[0])).encode())
+
+
+def presence_marks(decoded: DecodedEntries) -> tuple[tuple[str, int], ...]:
+    """Each worker's liveness evidence in one read: ``(worker id, mark)``, where the mark
+    changes whenever the worker rewrites its entry. A readable entry's mark is its ``lut``.
+
+    An unreadable item that names its worker counts too, marked by a digest of its content: a
+    worker is live while its item changes, readable or not. An item seen half-written (a
+    server that creates an updated item before it applies the update shows the key alone for
+    a moment) thus still counts as the worker that is writing it, so a taker does not plan the
+    fleet without it; an item that stays corrupt stops changing and expires like any silent
+    entry. An item without a worker id cannot count."""
+    marks = [(e.worker_id, e.last_update) for e in decoded.entries]
+    marks.extend(
+        (exc.worker_id, exc.fingerprint)
+        for exc in decoded.corrupt
+        if exc.worker_id is not None and exc.fingerprint is not None
+    )
+    return tuple(marks)
 
 
 def may_report_metric(

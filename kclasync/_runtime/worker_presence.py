@@ -31,8 +31,10 @@ from kclasync._core.worker_metrics import (
     CPU,
     FAILED_SAMPLE,
     KCLASYNC,
+    DecodedEntries,
     WorkerMetrics,
     may_report_metric,
+    presence_marks,
 )
 from kclasync.errors import AdapterError
 
@@ -149,10 +151,13 @@ class WorkerPresence:
         return any(e.worker_id == worker_id and e.implementation == KCLASYNC for e in self._fleet)
 
     async def _read_fleet(self, now: float) -> tuple[WorkerMetrics, ...]:
+        return (await self._read_decoded(now)).entries
+
+    async def _read_decoded(self, now: float) -> DecodedEntries:
         decoded = await self.registry.list_workers()
         self._report_corrupt([str(exc) for exc in decoded.corrupt])
         self._fleet, self._fleet_read_at = decoded.entries, now
-        return decoded.entries
+        return decoded
 
     async def close(self) -> None:
         if self.cpu is not None:
@@ -197,10 +202,14 @@ class WorkerPresence:
         return await self._read_fleet(self._wall_clock())
 
     async def live_workers(self, now: float) -> frozenset[str]:
-        """Read the registry and return the workers whose ``lut`` changed within the worker
-        timeout as this worker observed it (this worker always counts)."""
-        fleet = await self._read_fleet(self._wall_clock())
-        entries = [Lease(key=e.worker_id, owner=e.worker_id, counter=e.last_update) for e in fleet]
+        """Read the registry and return the workers whose entry changed within the worker
+        timeout as this worker observed it (this worker always counts; an unreadable entry
+        counts by changes of its content: ``presence_marks``)."""
+        decoded = await self._read_decoded(self._wall_clock())
+        entries = [
+            Lease(key=worker, owner=worker, counter=mark)
+            for worker, mark in presence_marks(decoded)
+        ]
         self.tracker.observe(entries, now)
         live = {e.key for e in entries if not self.tracker.is_expired(e, now)}
         return frozenset(live | {self.worker_id})

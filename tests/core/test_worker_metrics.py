@@ -87,6 +87,16 @@ def test_decode_items_skips_and_reports_corrupt_items() -> None:
     assert [e.worker_id for e in decoded.corrupt] == ["bad"]
 
 
+def test_presence_marks_count_unreadable_items_that_name_a_worker_by_their_content() -> None:
+    half = {"wid": {"S": "half"}}
+    marks = dict(wm.presence_marks(wm.decode_items([JAVA_ITEM, half, {"lut": {"N": "1"}}])))
+    assert set(marks) == {"java-1", "half"} and marks["java-1"] == 1795456278
+    # The same content gives the same mark (silent); any rewrite gives another (live).
+    again = dict(wm.presence_marks(wm.decode_items([dict(half)])))
+    changed = dict(wm.presence_marks(wm.decode_items([{**half, "lut": {"S": "?"}}])))
+    assert again["half"] == marks["half"] != changed["half"]
+
+
 def test_non_finite_samples_are_refused_on_write() -> None:
     with pytest.raises(ValueError, match="finite"):
         wm.encode_item(wm.WorkerMetrics("w", 1).with_sample(wm.CPU, float("inf")))

@@ -77,9 +77,28 @@ async def test_no_cpu_source_means_no_cpu_metric_and_corrupt_entries_are_counted
     assert entry.metric_stats == {} and entry.operating_range == {}
     assert wm.uses_default_metric(entry) and wm.is_valid(entry)
     registry.items["bad"] = {"wid": {"S": "bad"}, "lut": {"S": "x"}}
-    assert await presence.live_workers(now=0.0) == {"w"}
-    assert await presence.live_workers(now=1.0) == {"w"}
-    assert counted == [1, 1] and presence.corrupt == 1
+    registry.items["?"] = {"lut": {"N": "100"}}  # names no worker: never one
+    # An unreadable entry is skipped for everything but liveness, which it shows by changing.
+    assert await presence.live_workers(now=0.0) == {"w", "bad"}
+    assert await presence.live_workers(now=1.0) == {"w", "bad"}
+    assert counted == [2, 2] and presence.corrupt == 2
+    # Unchanged for longer than the worker timeout: gone, like any silent entry.
+    assert await presence.live_workers(now=5.5) == {"w"}
+    registry.items["bad"] = {"wid": {"S": "bad"}, "lut": {"S": "y"}}
+    assert await presence.live_workers(now=6.0) == {"w", "bad"}
+
+
+async def test_an_entry_seen_half_written_still_counts_as_its_worker() -> None:
+    """moto's UpdateItem stores the key alone before it applies the update, and a concurrent
+    Scan can return that: the worker being written is live, not missing from the plan."""
+    registry = MemoryWorkerMetrics()
+    presence = WorkerPresence(registry, "w", wall_clock=lambda: 100.0, worker_timeout=5)
+    registry.items["new"] = {"wid": {"S": "new"}}
+    assert await presence.live_workers(now=0.0) == {"w", "new"}
+    registry.items["new"] = {**registry.items["new"], "lut": {"N": "101"}}
+    assert await presence.live_workers(now=4.0) == {"w", "new"}
+    assert await presence.live_workers(now=8.5) == {"w", "new"}  # changed at 4.0
+    assert await presence.live_workers(now=9.5) == {"w"}
 
 
 def test_worker_timeout_must_exceed_the_report_period_plus_one_second() -> None:
