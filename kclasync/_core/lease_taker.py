@@ -48,6 +48,24 @@ class TakePlan:
         return not self.take and not self.steal
 
 
+#: Extra scans one taking round may make after planned moves lost their conditional writes.
+REPLANS_PER_ROUND = 1
+
+
+def replan_at_once(lost_writes: int, replans_done: int) -> bool:
+    """Whether a taking round scans and plans again at once instead of at the next round.
+
+    A planned take or steal whose conditional write failed found the lease already moved by
+    another worker. Workers plan from snapshots taken at slightly different moments: one that
+    scanned while another's handoffs were half written computes the fleet plan from other
+    loads, hands some leases to other receivers, and so collides with the moves the first
+    plans made. A fresh scan shows those moves, and the plan made from it completes this
+    worker's share, instead of leaving it short until the next round (a taker interval later).
+    At most ``REPLANS_PER_ROUND`` extra scans: a conflict that lasts (plans that keep
+    disagreeing) costs no more than that per round."""
+    return lost_writes > 0 and replans_done < REPLANS_PER_ROUND
+
+
 class LeaseTaker(Protocol):
     def plan(self, view: TakeView, rng: random.Random) -> TakePlan: ...
 

@@ -21,7 +21,7 @@ import attrs
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.held_lease import HeldState
 from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView
+from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView, replan_at_once
 from kclasync._core.startup import first_round_delay
 from kclasync._runtime.held import HeldLease
 from kclasync.errors import AdapterError
@@ -56,6 +56,10 @@ class LeaseTaking:
         self.live_workers: frozenset[str] = frozenset({holder.worker_id})
         #: Taking rounds completed (for tests, benchmarks and the demo) ...
         self.rounds = 0
+        #: Scans made again at once within a round, after planned moves lost their writes.
+        self.replans = 0
+        #: Planned takes and steals of the current scan whose conditional write failed.
+        self.lost_writes = 0
         #: ... by cause: the first round, the periodic ones, and those a wake-up started
         #: (released leases, new leases from shard sync, a failed early read).
         self.round_causes: dict[str, int] = {"startup": 0, "periodic": 0, "woken": 0}
@@ -99,7 +103,9 @@ class LeaseTaking:
                 self._reported_sticky.discard(lease.key)
 
     async def take_round(self) -> TakePlan:
-        """Scan the table once, plan and apply takes. Returns what was actually acquired."""
+        """Scan the table once, plan and apply takes. Returns what was actually acquired;
+        ``lost_writes`` counts the planned moves another worker made first."""
+        self.lost_writes = 0
         sent = self._holder.now()
         scan = await self._holder.store.list_leases()
         now = self._holder.now()
@@ -166,6 +172,7 @@ class LeaseTaking:
             log.info("taking %s failed: %s", lease.key, exc)
             return None
         if taken is None:
+            self.lost_writes += 1
             return None  # someone else was faster; normal
         held = HeldLease(lease=taken, renewed_at=sent)
         self._holder.held[taken.key] = held
@@ -196,6 +203,7 @@ class LeaseTaking:
             log.info("starting the handoff of %s failed: %s", lease.key, exc)
             return None
         if started is None:
+            self.lost_writes += 1
             return None
         held = HeldLease(lease=started, renewed_at=sent, state=HeldState.INCOMING, since=sent)
         self._holder.held[started.key] = held
@@ -232,6 +240,11 @@ class LeaseTaking:
             started = self._holder.now()
             try:
                 await self.take_round()
+                replans = 0
+                while replan_at_once(self.lost_writes, replans):
+                    replans += 1
+                    self.replans += 1
+                    await self.take_round()
             except AdapterError as exc:
                 log.warning("lease taking round failed: %s", exc)
             self.rounds += 1

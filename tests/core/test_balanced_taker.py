@@ -12,7 +12,7 @@ import pytest
 from kclasync._core.balanced_taker import FROM_VIEW, BalancedLeaseTaker
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease import STICKY_PINNED, STICKY_RELEASE
-from kclasync._core.lease_taker import Kcl2LeaseTaker
+from kclasync._core.lease_taker import REPLANS_PER_ROUND, Kcl2LeaseTaker, replan_at_once
 from tests.core.lease_rounds import (
     FAILOVER,
     T1,
@@ -272,3 +272,9 @@ def test_kcl2_needs_several_rounds_where_balanced_needs_one() -> None:
     # A single newcomer, registry or not: one round, against eight for KCL 2.x.
     assert rounds_to_balance(UNLIMITED, table, ["w0", "w1"], live=None) == 1
     assert rounds_to_balance(Kcl2LeaseTaker(), table, ["w0", "w1"], live=None) == 8
+
+
+def test_a_round_scans_again_once_after_planned_moves_lost_their_writes() -> None:
+    assert not replan_at_once(lost_writes=0, replans_done=0)
+    assert replan_at_once(lost_writes=1, replans_done=0)
+    assert not replan_at_once(lost_writes=3, replans_done=REPLANS_PER_ROUND)

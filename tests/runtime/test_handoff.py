@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections import Counter
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
+from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
+from kclasync._adapters.protocols import LeaseScan
 from kclasync._core.balanced_taker import BalancedLeaseTaker
 from kclasync._core.lease import Lease
 from kclasync._core.position import Checkpoint
 from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
+from tests.support import wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -31,8 +36,14 @@ class Events:
         self.log.append(("stop", held.key))
 
 
-def coordinator(name: str, table: MemoryLeaseTable, events: Events) -> LeaseCoordinator:
+def coordinator(
+    name: str,
+    table: MemoryLeaseTable,
+    events: Events,
+    registry: MemoryWorkerMetrics | None = None,
+) -> LeaseCoordinator:
     return LeaseCoordinator(
+        registry=registry,
         store=MemoryLeaseStore(table),
         worker_id=name,
         failover_time=10.0,
@@ -145,3 +156,64 @@ async def test_reconciled_renewal_is_not_credited_at_the_retry_time() -> None:
     now[0] = 9.0
     await c.renew_all()  # a confirmed renewal
     assert c.held["L"].renewed_at == 9.0
+
+
+class GatedWrites(MemoryLeaseStore):
+    """A store whose handoff writes wait for permits, so that a test can interleave the scans
+    and writes of several workers exactly."""
+
+    def __init__(self, table: MemoryLeaseTable) -> None:
+        super().__init__(table)
+        self.permits = asyncio.Semaphore(0)
+        #: Leases whose handoff may be written without a permit.
+        self.free: set[str] = set()
+        self.scans = 0
+
+    async def list_leases(self) -> LeaseScan:
+        self.scans += 1
+        return await super().list_leases()
+
+    async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
+        if lease.key not in self.free:
+            await self.permits.acquire()
+        return await super().start_handoff(lease, new_owner)
+
+
+def gated(name: str, table: MemoryLeaseTable, registry: MemoryWorkerMetrics) -> LeaseCoordinator:
+    c = coordinator(name, table, Events(), registry=registry)
+    c.store = GatedWrites(table)
+    return c
+
+
+async def test_a_plan_made_from_a_half_written_snapshot_is_completed_in_the_same_round() -> None:
+    """Three workers join a worker holding 16 leases. Two plan from the table before any move;
+    the third scans while the first is half way through its handoffs, so its plan hands some
+    leases to other receivers and collides with the second's moves. Its lost writes make it
+    scan again at once, and it still ends its first round with its share."""
+    table, registry = MemoryLeaseTable(), MemoryWorkerMetrics()
+    w1 = coordinator("w1", table, Events(), registry=registry)
+    for i in range(16):
+        await w1.store.create_lease(Lease(key=f"L{i:02}"))
+        assert await w1.taking._take(table.leases[f"L{i:02}"], stolen=False) is not None
+    w2, w3, w4 = (gated(name, table, registry) for name in ("w2", "w3", "w4"))
+    for c in (w1, w2, w3, w4):
+        await c.presence.report()
+    # w2 plans L00, L03, L06, L09 (its part of the fleet plan); L09 lands first. From the
+    # table as it is then, the plan gives w4 L01, L04, L07, L11: three of them are w3's.
+    w2.store.free.add("L09")
+    first = [asyncio.create_task(c.taking.take_round()) for c in (w2, w3)]
+    await wait_until(lambda: table.leases["L09"].owner == "w2", 5, "w2's first handoff")
+    assert w3.store.scans == 1
+    third = asyncio.create_task(w4.taking.loop())
+    await wait_until(lambda: w4.store.scans == 1, 5, "w4's scan")
+    for c in (w2, w3):
+        for _ in range(4):
+            c.store.permits.release()  # more than they need
+    await asyncio.gather(*first)
+    for _ in range(8):
+        w4.store.permits.release()
+    await wait_until(lambda: w4.taking.rounds == 1, 5, "w4's first round")
+    third.cancel()
+    assert w4.taking.lost_writes == 0 and w4.taking.replans == 1 and w4.store.scans == 2
+    owners = Counter(lease.owner for lease in table.leases.values())
+    assert sorted(owners.values()) == [4, 4, 4, 4], owners
