@@ -198,6 +198,26 @@ def explain_failed_write(
     return Verdict.LOST
 
 
+def check_accepted_write(*, me: str, state: HeldState, written: Lease) -> Verdict | None:
+    """An ACTIVE lease's write the table accepted: does the item it returned still name this
+    worker as the owner, with no handoff under way? None when it does.
+
+    On DynamoDB the returned item is the one the condition was checked on, plus this write, so
+    it always does. A store whose conditional writes are not atomic (moto's server answers each
+    request in a thread and applies an UpdateItem in steps) can return an item that already
+    holds a concurrent handoff: adopting it would leave this worker renewing, and checkpointing
+    in handoff mode, a lease the table gives to another worker, which waits for the handoff
+    timeout. Whatever the store, the item shows the table's state, so it is acted on as a
+    refused write would be: a handoff to start (HANDOFF_STARTED), or a lease lost."""
+    if state is not HeldState.ACTIVE:
+        return None
+    if written.owner == me and written.checkpoint_owner is None:
+        return None
+    if written.owner != me and written.checkpoint_owner == me:
+        return Verdict.HANDOFF_STARTED
+    return Verdict.LOST
+
+
 def credits_renewal(verdict: Verdict | None, write: FailedWrite) -> bool:
     """Whether the write just sent renews the lease as of its send time.
 

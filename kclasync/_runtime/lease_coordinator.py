@@ -27,6 +27,7 @@ from kclasync._core.held_lease import (
     FailedWrite,
     HeldState,
     Verdict,
+    check_accepted_write,
     explain_failed_write,
     is_stale,
 )
@@ -260,6 +261,14 @@ class LeaseCoordinator:
             )
             if outcome.verdict is None:
                 assert outcome.written is not None
+                late = check_accepted_write(
+                    me=self.worker_id, state=held.state, written=outcome.written
+                )
+                if late is not None:
+                    # Our checkpoint is in the table; the item says the lease is moving on.
+                    self.apply_verdict(held, outcome.written, late, "checkpoint")
+                    if late is not Verdict.HANDOFF_STARTED:
+                        raise LeaseLostError(key, "another worker changed the lease")
                 return outcome.written
             written = self.apply_verdict(held, outcome.current, outcome.verdict, "checkpoint")
             if outcome.verdict is Verdict.HANDOFF_STARTED:

@@ -21,6 +21,7 @@ from kclasync._core.held_lease import (
     FailedWrite,
     HeldState,
     Verdict,
+    check_accepted_write,
     credits_renewal,
     outgoing_timed_out,
     release_reason,
@@ -86,6 +87,10 @@ class LeaseRenewals:
                 return
             if renewed is None:
                 return  # lost, or now being handed away: handled by apply_verdict
+            late = check_accepted_write(me=c.worker_id, state=held.state, written=renewed)
+            if late is not None:
+                c.apply_verdict(held, renewed, late, "renewal")
+                return
             held.lease = renewed
             if verdict is None:  # our renewal (and its throughput) went through
                 held.bytes_delivered -= delivered

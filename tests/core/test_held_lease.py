@@ -13,6 +13,7 @@ from kclasync._core.held_lease import (
     HeldState,
     IncomingStep,
     Verdict,
+    check_accepted_write,
     credits_renewal,
     explain_failed_write,
     incoming_step,
@@ -187,3 +188,18 @@ def test_sticky_release_reasons() -> None:
     pinned = attrs.evolve(HELD, sticky=10, sticky_worker="other")
     assert release_reason(pinned, ME) == "pinned to other"
     assert release_reason(attrs.evolve(pinned, sticky_worker=ME), ME) is None
+
+
+def test_an_accepted_write_whose_item_names_another_owner_is_acted_on() -> None:
+    mine = Lease(key="k", owner="a", counter=3)
+    asked = attrs.evolve(mine, owner="b", checkpoint_owner="a")
+    taken = attrs.evolve(mine, owner="b")
+    active = HeldState.ACTIVE
+    assert check_accepted_write(me="a", state=active, written=mine) is None
+    assert check_accepted_write(me="a", state=active, written=asked) is Verdict.HANDOFF_STARTED
+    assert check_accepted_write(me="a", state=active, written=taken) is Verdict.LOST
+    # Handoff states expect these items: the new owner renews with checkpointOwner set, the
+    # old one checkpoints a lease that names the new owner.
+    incoming = attrs.evolve(mine, checkpoint_owner="z")
+    assert check_accepted_write(me="a", state=HeldState.INCOMING, written=incoming) is None
+    assert check_accepted_write(me="a", state=HeldState.OUTGOING, written=asked) is None

@@ -217,3 +217,55 @@ async def test_a_plan_made_from_a_half_written_snapshot_is_completed_in_the_same
     assert w4.taking.lost_writes == 0 and w4.taking.replans == 1 and w4.store.scans == 2
     owners = Counter(lease.owner for lease in table.leases.values())
     assert sorted(owners.values()) == [4, 4, 4, 4], owners
+
+
+class InterleavedHandoff(MemoryLeaseStore):
+    """A store whose next renewal or checkpoint is applied, then a concurrent handoff to
+    ``new_owner``, and the item is returned as it is after both: what moto's server returned
+    on a loaded machine, where an UpdateItem's steps interleave with another request's."""
+
+    def __init__(self, table: MemoryLeaseTable, new_owner: str) -> None:
+        super().__init__(table)
+        self.new_owner = new_owner
+        self.armed = False
+
+    async def _interleave(self, written: Lease | None) -> Lease | None:
+        if written is None or not self.armed:
+            return written
+        self.armed = False
+        handed = await super().start_handoff(written, self.new_owner)
+        assert handed is not None
+        return handed
+
+    async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
+        return await self._interleave(await super().renew_lease(lease, throughput_kbps))
+
+    async def checkpoint(
+        self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
+    ) -> Lease | None:
+        return await self._interleave(await super().checkpoint(lease, checkpoint, pending))
+
+
+@pytest.mark.parametrize("write", ["renewal", "checkpoint"])
+async def test_a_write_returning_a_concurrent_handoff_hands_the_lease_over(write: str) -> None:
+    table = MemoryLeaseTable()
+    a_events, b_events = Events(), Events()
+    a, b = coordinator("a", table, a_events), coordinator("b", table, b_events)
+    store = InterleavedHandoff(table, "b")
+    a.store = store
+    await a.store.create_lease(Lease(key="L"))
+    assert await a.taking._take(table.leases["L"], stolen=False) is not None
+    b.held["L"] = HeldLease(lease=table.leases["L"], renewed_at=0.0, state=HeldState.INCOMING)
+    store.armed = True
+    if write == "renewal":
+        await a.renew_all()
+    else:
+        await a.checkpoint("L", Checkpoint("7"))
+        assert table.leases["L"].checkpoint == Checkpoint("7")
+    # a drains instead of renewing a lease the table gives to b.
+    assert a.held["L"].state is HeldState.OUTGOING and a_events.log[-1] == ("stop", "L")
+    await a.checkpoint("L", Checkpoint("8"))  # the final checkpoint, in handoff mode
+    assert await a.release("L")
+    await b.renew_all()
+    assert b.held["L"].state is HeldState.ACTIVE and b_events.log == [("acquired", "L")]
+    assert b.held["L"].lease.checkpoint == Checkpoint("8")
