@@ -12,7 +12,8 @@ workers never ask for the same lease, and after one round each live worker holds
 
 How the plan is made (``BalancedLeaseTaker.fleet_plan``):
 
-1. Live workers: the heartbeat registry (``view.live_workers``, which also lists idle workers),
+1. Live workers: the heartbeat registry (``view.live_workers``, which also lists idle workers,
+   and a worker whose entry is unreadable while it keeps changing: ``presence_marks``),
    plus every owner of a lease that has not expired, plus this worker. Without a registry, only
    the owners of unexpired leases and this worker: idle workers then cannot see each other, and
    their plans may overlap (the conditional write settles it; the next round finishes the job).
@@ -56,6 +57,11 @@ How the plan is made (``BalancedLeaseTaker.fleet_plan``):
    should have moved it, is taken by this worker too (not a lease pinned to a named worker).
    Plans disagree only there; the conditional write lets one taker win, and a later round
    evens the loads out again.
+
+Plans made from snapshots taken at slightly different moments (one worker scanning while
+another's handoffs are half written) can hand the same lease to two workers; the conditional
+write lets one win, and the loser scans and plans again at once, within the same round
+(``lease_taker.replan_at_once``), so it still ends the round with its share.
 
 The steal budget caps how many leases each worker steals per round. It comes from
 ``view.max_leases_to_steal`` unless ``steal_budget`` overrides it. The KCL default of 1 turns this
