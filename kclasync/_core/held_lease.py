@@ -200,7 +200,7 @@ def explain_failed_write(
 
 def check_accepted_write(*, me: str, state: HeldState, written: Lease) -> Verdict | None:
     """An ACTIVE lease's write the table accepted: does the item it returned still name this
-    worker as the owner, with no handoff under way? None when it does.
+    worker as the owner? None when it does.
 
     On DynamoDB the returned item is the one the condition was checked on, plus this write, so
     it always does. A store whose conditional writes are not atomic (moto's server answers each
@@ -209,11 +209,9 @@ def check_accepted_write(*, me: str, state: HeldState, written: Lease) -> Verdic
     in handoff mode, a lease the table gives to another worker, which waits for the handoff
     timeout. Whatever the store, the item shows the table's state, so it is acted on as a
     refused write would be: a handoff to start (HANDOFF_STARTED), or a lease lost."""
-    if state is not HeldState.ACTIVE:
+    if state is not HeldState.ACTIVE or written.owner == me:
         return None
-    if written.owner == me and written.checkpoint_owner is None:
-        return None
-    if written.owner != me and written.checkpoint_owner == me:
+    if written.checkpoint_owner == me:
         return Verdict.HANDOFF_STARTED
     return Verdict.LOST
 
