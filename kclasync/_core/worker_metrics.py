@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
+import orjson
 
 from kclasync.errors import KclAsyncError
 
@@ -333,7 +334,9 @@ def decode_items(items: Iterable[Item]) -> DecodedEntries:
 
 
 def _fingerprint(item: Item) -> int:
-    return zlib.crc32(repr(sorted(item.items(), key=lambda kv: kv[0])).encode())
+    """A digest that depends on the item's content only, not on the order of its map keys
+    (binary values, which JSON cannot hold, are digested through their repr)."""
+    return zlib.crc32(orjson.dumps(item, option=orjson.OPT_SORT_KEYS, default=repr))
 
 
 def presence_marks(decoded: DecodedEntries) -> tuple[tuple[str, int], ...]:

@@ -95,6 +95,11 @@ def test_presence_marks_count_unreadable_items_that_name_a_worker_by_their_conte
     again = dict(wm.presence_marks(wm.decode_items([dict(half)])))
     changed = dict(wm.presence_marks(wm.decode_items([{**half, "lut": {"S": "?"}}])))
     assert again["half"] == marks["half"] != changed["half"]
+    # Map keys in another order, and binary values, digest by content.
+    one = {"wid": {"S": "x"}, "sts": {"M": {"C": {"N": "1"}, "M": {"B": b"\x00"}}}}
+    other = {"sts": {"M": {"M": {"B": b"\x00"}, "C": {"N": "1"}}}, "wid": {"S": "x"}}
+    first, second = (dict(wm.presence_marks(wm.decode_items([i]))) for i in (one, other))
+    assert first == second
 
 
 def test_non_finite_samples_are_refused_on_write() -> None:
