@@ -219,9 +219,16 @@ class LeaseCoordinator:
         return current, verdict
 
     def apply_verdict(
-        self, held: HeldLease, current: Lease | None, verdict: Verdict, what: str
+        self,
+        held: HeldLease,
+        current: Lease | None,
+        verdict: Verdict,
+        what: str,
+        *,
+        accepted: bool = False,
     ) -> Lease | None:
-        """Do what ``explain_failed_write`` decided. Returns the lease to adopt, or None."""
+        """Do what ``explain_failed_write`` (or, for a write the table ``accepted``,
+        ``check_accepted_write``) decided. Returns the lease to adopt, or None."""
         if verdict in (Verdict.OURS, Verdict.HANDOFF_PROGRESS):
             return current
         if verdict is Verdict.HANDOFF_STARTED:
@@ -230,6 +237,9 @@ class LeaseCoordinator:
             return None
         if what == "renewal":
             self.metrics.renewal_failures.labels(*self.labels, "lost").inc()
+        if accepted:
+            self.lose(held, f"{what} written, but the item returned names another owner")
+        elif what == "renewal":
             self.lose(held, "another worker changed the lease (counter or owner)")
         else:
             self.lose(held, f"{what} rejected: another worker changed the lease")
@@ -266,7 +276,7 @@ class LeaseCoordinator:
                 )
                 if late is not None:
                     # Our checkpoint is in the table; the item says the lease is moving on.
-                    self.apply_verdict(held, outcome.written, late, "checkpoint")
+                    self.apply_verdict(held, outcome.written, late, "checkpoint", accepted=True)
                     if late is not Verdict.HANDOFF_STARTED:
                         raise LeaseLostError(key, "another worker changed the lease")
                 return outcome.written

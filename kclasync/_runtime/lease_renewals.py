@@ -89,7 +89,7 @@ class LeaseRenewals:
                 return  # lost, or now being handed away: handled by apply_verdict
             late = check_accepted_write(me=c.worker_id, state=held.state, written=renewed)
             if late is not None:
-                c.apply_verdict(held, renewed, late, "renewal")
+                c.apply_verdict(held, renewed, late, "renewal", accepted=True)
                 return
             held.lease = renewed
             if verdict is None:  # our renewal (and its throughput) went through

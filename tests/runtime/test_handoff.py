@@ -17,6 +17,7 @@ from kclasync._core.lease import Lease
 from kclasync._core.position import Checkpoint
 from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync.errors import LeaseLostError
 from tests.support import wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -25,12 +26,14 @@ pytestmark = pytest.mark.asyncio
 class Events:
     def __init__(self) -> None:
         self.log: list[tuple[str, str]] = []
+        self.reasons: list[str] = []
 
     def lease_acquired(self, held: HeldLease) -> None:
         self.log.append(("acquired", held.key))
 
     def lease_lost(self, held: HeldLease, reason: str) -> None:
         self.log.append(("lost", held.key))
+        self.reasons.append(reason)
 
     def lease_stop_requested(self, held: HeldLease, reason: str) -> None:
         self.log.append(("stop", held.key))
@@ -224,16 +227,21 @@ class InterleavedHandoff(MemoryLeaseStore):
     ``new_owner``, and the item is returned as it is after both: what moto's server returned
     on a loaded machine, where an UpdateItem's steps interleave with another request's."""
 
-    def __init__(self, table: MemoryLeaseTable, new_owner: str) -> None:
+    def __init__(self, table: MemoryLeaseTable, new_owner: str, *, steal: bool = False) -> None:
         super().__init__(table)
         self.new_owner = new_owner
+        #: Apply a take (no handoff) instead.
+        self.steal = steal
         self.armed = False
 
     async def _interleave(self, written: Lease | None) -> Lease | None:
         if written is None or not self.armed:
             return written
         self.armed = False
-        handed = await super().start_handoff(written, self.new_owner)
+        if self.steal:
+            handed = await super().take_lease(written, self.new_owner)
+        else:
+            handed = await super().start_handoff(written, self.new_owner)
         assert handed is not None
         return handed
 
@@ -269,3 +277,23 @@ async def test_a_write_returning_a_concurrent_handoff_hands_the_lease_over(write
     await b.renew_all()
     assert b.held["L"].state is HeldState.ACTIVE and b_events.log == [("acquired", "L")]
     assert b.held["L"].lease.checkpoint == Checkpoint("8")
+
+
+@pytest.mark.parametrize("write", ["renewal", "checkpoint"])
+async def test_a_write_returning_a_concurrent_take_loses_the_lease_and_says_why(write: str) -> None:
+    table = MemoryLeaseTable()
+    events = Events()
+    a = coordinator("a", table, events)
+    store = InterleavedHandoff(table, "b", steal=True)
+    a.store = store
+    await a.store.create_lease(Lease(key="L"))
+    assert await a.taking._take(table.leases["L"], stolen=False) is not None
+    store.armed = True
+    if write == "renewal":
+        await a.renew_all()
+    else:
+        with pytest.raises(LeaseLostError):
+            await a.checkpoint("L", Checkpoint("7"))
+    assert "L" not in a.held and events.log[-1] == ("lost", "L")
+    assert events.reasons == [f"{write} written, but the item returned names another owner"]
+    assert table.leases["L"].owner == "b"
