@@ -9,12 +9,15 @@ worker reports none, ``core.worker_metrics.may_report_metric``), reporting this 
 capacity (configured, or estimated from its CPU against the throughput it processes:
 ``CapacityEstimator``), judging liveness there from changes of ``lut`` stamped on the loop
 clock (``core.expiry``, exactly like lease expiry), logging each unreadable entry once and
-counting them, and leaving the registry on a graceful stop.
+counting them, and leaving the registry on a graceful stop (after the writes still in flight:
+a write whose caller was cancelled may still land on the table, and would otherwise bring the
+entry back after the delete, so the others would see a silent worker rather than one that left).
 Must not: decide assignment, write to the lease table, or read the wall clock any other way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -43,6 +46,9 @@ log = logging.getLogger("kclasync.registry")
 #: How often (wall-clock seconds) a worker with a CPU source re-reads the registry to decide
 #: whether to report CPU, when no taking round has read it more recently.
 FLEET_REFRESH = 15.0
+
+#: Seconds ``leave`` waits for registry writes still in flight before it deletes the entry.
+LEAVE_WAIT = 5.0
 
 
 class WorkerPresence:
@@ -93,6 +99,9 @@ class WorkerPresence:
         self._beat = 0
         #: The entry as last written (a heartbeat re-writes it with a new ``lut`` and ``hb``).
         self._written: WorkerMetrics | None = None
+        #: Registry writes not yet answered (``_write``), and whether this worker has left.
+        self._in_flight: set[asyncio.Future[None]] = set()
+        self._left = False
 
     async def _cpu_sample(self) -> float:
         """This period's CPU utilisation in percent; the failure marker -1 when the source
@@ -174,7 +183,8 @@ class WorkerPresence:
         """Write this worker's entry; a failure is logged and retried at the next period."""
         try:
             entry = self._with_heartbeat(await self.entry(), self._wall_clock())
-            await self.registry.report(entry)
+            if not await self._write(entry):
+                return
         except AdapterError as exc:
             log.info("worker registry report failed: %s", exc)
             return
@@ -190,12 +200,29 @@ class WorkerPresence:
         now = self._wall_clock()
         entry = self._with_heartbeat(self._written.reported_at(now), now)
         try:
-            await self.registry.report(entry)
+            if not await self._write(entry):
+                return
         except AdapterError as exc:
             log.info("worker registry heartbeat failed: %s", exc)
             return
         self._written = entry
         self.reports += 1
+
+    async def _write(self, entry: WorkerMetrics) -> bool:
+        """Send ``entry`` as a task of its own that cancelling the caller does not stop (the
+        request may already be on its way), tracked until it ends. False after ``leave``."""
+        if self._left:
+            return False
+        task = asyncio.ensure_future(self.registry.report(entry))
+        self._in_flight.add(task)
+        task.add_done_callback(self._written_or_failed)
+        await asyncio.shield(task)
+        return True
+
+    def _written_or_failed(self, task: asyncio.Future[None]) -> None:
+        self._in_flight.discard(task)
+        if not task.cancelled():
+            task.exception()  # a failure reaches the caller, if it still waits; else nobody
 
     async def read_registry(self) -> tuple[WorkerMetrics, ...]:
         """Every readable entry (unreadable ones logged once and counted)."""
@@ -223,8 +250,14 @@ class WorkerPresence:
                 log.warning("skipping an unreadable worker-registry entry: %s", text)
         self._reported_corrupt = set(errors)
 
-    async def leave(self) -> None:
-        """Delete this worker's entry (graceful stop); a failure only delays its expiry."""
+    async def leave(self, *, wait: float = LEAVE_WAIT) -> None:
+        """Delete this worker's entry (graceful stop) once the writes in flight have ended (at
+        most ``wait`` seconds); no write is sent after it. A failure only delays its expiry."""
+        self._left = True
+        if self._in_flight:
+            _, late = await asyncio.wait(set(self._in_flight), timeout=wait)
+            if late:
+                log.info("leaving the registry with %d write(s) still in flight", len(late))
         try:
             await self.registry.remove(self.worker_id)
         except AdapterError as exc:

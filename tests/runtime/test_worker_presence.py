@@ -101,6 +101,59 @@ async def test_an_entry_seen_half_written_still_counts_as_its_worker() -> None:
     assert await presence.live_workers(now=9.5) == {"w"}
 
 
+class WriteOnTheWire(MemoryWorkerMetrics):
+    """A registry whose writes are applied when ``server`` opens, whether or not the caller still
+    waits for the answer: a request already sent, as a stopping worker's last heartbeat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.server = asyncio.Event()
+        self.server.set()
+        self.sent = 0
+
+    async def report(self, metrics: wm.WorkerMetrics) -> None:
+        self.sent += 1
+
+        async def apply() -> None:
+            await self.server.wait()
+            await MemoryWorkerMetrics.report(self, metrics)
+
+        await asyncio.shield(asyncio.ensure_future(apply()))
+
+
+@pytest.mark.parametrize("answered", [True, False])
+async def test_leaving_waits_for_a_heartbeat_in_flight_so_it_cannot_bring_the_entry_back(
+    answered: bool,
+) -> None:
+    registry = WriteOnTheWire()
+    presence = WorkerPresence(
+        registry, "w", wall_clock=lambda: 100.0, worker_timeout=5, heartbeat_interval=1.0
+    )
+    await presence.report()
+    registry.server.clear()
+    beat = asyncio.create_task(presence.beat())
+    await wait_until(lambda: registry.sent == 2, 5, "the heartbeat on the wire")
+    beat.cancel()  # the stop cancels the heartbeat loop mid-request
+    await asyncio.gather(beat, return_exceptions=True)
+    leaving = asyncio.create_task(presence.leave(wait=0.2 if not answered else 5.0))
+    if answered:
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not leaving.done() and "w" in registry.items  # waits for the write's answer
+        registry.server.set()
+    await leaving
+    if answered:
+        assert registry.items == {}
+    else:
+        # Never answered within the wait: the entry is deleted anyway (a write landing later
+        # leaves a silent entry, which expires as any other).
+        assert registry.items == {} and registry.calls["remove"] == 1
+        registry.server.set()
+    await presence.beat()
+    await presence.report()
+    assert registry.sent == 2, "nothing is written after leaving"
+
+
 def test_worker_timeout_must_exceed_the_report_period_plus_one_second() -> None:
     with pytest.raises(ConfigError, match="worker_timeout"):
         ConsumerConfig(failover_time=3.0, worker_timeout=1.5)
