@@ -7,6 +7,9 @@ loop on a daemon thread holds, per connection settings, one session, one Kinesis
 used for enhanced fan-out), and one progress store, made by the first task that needs them and
 used by every later one.
 
+The clients are closed when the process exits normally (an ``atexit`` hook, in the process that
+made them only), so that aiohttp does not report unclosed sessions on every worker's exit.
+
 Owns: that loop, its clients and running a task's coroutine on it (``run``).
 Must not: decide what to read or record (``kclasync.spark.source`` and ``fetch`` do), or be
 shared across a fork (a child process builds its own: the loop's thread does not survive it).
@@ -15,6 +18,7 @@ shared across a fork (a child process builds its own: the loop's thread does not
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import threading
@@ -41,6 +45,8 @@ class WorkerIO:
             target=self._loop.run_forever, name="kclasync-spark-io", daemon=True
         )
         self._thread.start()
+        self._closed = False
+        atexit.register(self._close_at_exit)
         self._stack = contextlib.AsyncExitStack()
         self._sessions: dict[AwsOptions, Any] = {}
         self._kinesis: dict[AwsOptions, KinesisStreamClient] = {}
@@ -106,15 +112,28 @@ class WorkerIO:
                 self.created["progress"] = self.created.get("progress", 0) + 1
             return store
 
-    def close(self) -> None:
-        """Close every client and stop the loop (tests; a worker process just exits)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Close every client (waiting at most ``timeout`` seconds) and stop the loop."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._close_at_exit)
+        future = asyncio.run_coroutine_threadsafe(self._stack.aclose(), self._loop)
         with contextlib.suppress(Exception):
-            self.run(self._stack.aclose)
+            future.result(timeout)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self._loop.close()
 
+    def _close_at_exit(self) -> None:
+        # A forked child inherits the hook but not the loop's thread: only the maker closes.
+        if os.getpid() == self.pid and self._thread.is_alive():
+            self.close(timeout=EXIT_TIMEOUT)
+
+
+#: Seconds the exit hook waits for the clients to close.
+EXIT_TIMEOUT = 5.0
 
 _current: WorkerIO | None = None
 _guard = threading.Lock()
