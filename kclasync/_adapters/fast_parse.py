@@ -103,7 +103,8 @@ def _attribute(value: Any) -> dict[str, Any]:
             raise _Unexpected
         return {"B": binascii.a2b_base64(inner)}
     if tag in ("SS", "NS"):
-        return {tag: list(_strings(inner))}
+        _strings(inner)
+        return value
     if tag == "BS":
         return {"BS": [binascii.a2b_base64(v) for v in _strings(inner)]}
     raise _Unexpected  # botocore's tagged-union handling reports unknown members

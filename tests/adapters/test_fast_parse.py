@@ -23,10 +23,11 @@ pytestmark = pytest.mark.asyncio
 
 
 @contextlib.asynccontextmanager
-async def two_clients(aws: LocalAws) -> AsyncIterator[tuple[Any, Any]]:
+async def two_clients(aws: LocalAws, service: str = "kinesis") -> AsyncIterator[tuple[Any, Any]]:
+    """A client of ``service`` with kclasync's parser, and one with botocore's."""
     fast = aws.client_options(fast_parsing=True)
     slow = aws.client_options(fast_parsing=False)
-    async with fast.create_client("kinesis") as f, slow.create_client("kinesis") as s:
+    async with fast.create_client(service) as f, slow.create_client(service) as s:
         yield f, s
 
 

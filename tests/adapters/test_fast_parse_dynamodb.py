@@ -8,14 +8,13 @@ never sends (unknown members, nulls, bad base64, wrong types, not JSON) parse th
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from kclasync._adapters import fast_parse
 from kclasync.testing.emulators import LocalAws
+from tests.adapters.test_fast_parse import two_clients
 
 pytestmark = pytest.mark.asyncio
 
@@ -31,14 +30,6 @@ ITEM: dict[str, Any] = {
     "yes": {"BOOL": True},
     "no": {"BOOL": False},
 }
-
-
-@contextlib.asynccontextmanager
-async def two_clients(aws: LocalAws) -> AsyncIterator[tuple[Any, Any]]:
-    fast = aws.client_options(fast_parsing=True)
-    slow = aws.client_options(fast_parsing=False)
-    async with fast.create_client("dynamodb") as f, slow.create_client("dynamodb") as s:
-        yield f, s
 
 
 def _strip(resp: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +65,7 @@ async def test_item_outputs_parse_as_botocore_parses_them_on_moto(
         return parsed
 
     monkeypatch.setattr(fast_parse, "_item_output", counted)
-    async with two_clients(moto) as (fast, slow):
+    async with two_clients(moto, "dynamodb") as (fast, slow):
         await slow.create_table(
             TableName=unique_name,
             KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
