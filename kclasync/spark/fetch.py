@@ -214,9 +214,9 @@ async def read_shard(
     """Read ``shard_id`` from ``start`` for one batch.
 
     A first read stops at ``quota`` user records, after ``max_seconds``, at the first record
-    that arrived after ``until``, at SHARD_END, or when caught up (an empty page with nothing
-    behind). With ``replay`` (the progress an earlier attempt recorded), it reads exactly that
-    many records again and returns ``replay`` as the progress.
+    that arrived after ``until``, at SHARD_END, or when caught up (a page at the tip, see
+    ``_caught_up``). With ``replay`` (the progress an earlier attempt recorded), it reads
+    exactly that many records again and returns ``replay`` as the progress.
 
     ``pages``: where the records come from (default: GetRecords through the workers' shard
     cursor; ``kclasync.spark.fanout_pages`` gives SubscribeToShard events as pages).
@@ -238,8 +238,9 @@ async def read_shard(
     children: tuple[ChildShard, ...] = ()
     async with stack:
         while len(records) < want:
+            asked = min(MAX_PAGE, want - len(records) + 1)
             try:
-                result = await cursor.next(min(MAX_PAGE, want - len(records) + 1))
+                result = await cursor.next(asked)
             except ShardNotFoundError:
                 result = GetRecordsResult([], None)
             page = after(result.records)
@@ -261,8 +262,7 @@ async def read_shard(
                 break
             if replay is not None:
                 continue
-            caught_up = not result.records and not result.millis_behind_latest
-            if caught_up:
+            if _caught_up(result, asked, polling=pages is None):
                 break
             if loop.time() >= deadline:
                 more = True
@@ -286,6 +286,19 @@ async def read_shard(
             len(records), end, ended=ended, more=more, children=children, lost=after.lost
         ),
     )
+
+
+def _caught_up(result: GetRecordsResult, asked: int, *, polling: bool) -> bool:
+    """Whether a page shows the read reached the shard's tip: an empty page with nothing
+    behind, or (GetRecords only) a page shorter than asked for that is 0 ms behind. The short
+    page saves the empty GetRecords after it; both conditions are needed, since an emulator may
+    report 0 ms behind with records left (moto counts only the milliseconds between arrivals)
+    and a short page alone only says a GetRecords size limit was reached."""
+    if result.millis_behind_latest:
+        return False
+    if not result.records:
+        return True
+    return polling and result.millis_behind_latest == 0 and len(result.records) < asked
 
 
 def _data_loss(stream: str, shard_id: str, start: str, first: str, fail: bool) -> None:

@@ -295,10 +295,10 @@ def drained_shards(offset: SourceOffset, read: Mapping[str, ShardProgress]) -> s
     """With Trigger.AvailableNow (``offset.until`` set) and GetRecords reads: the (shard,
     position after the batch) pairs that ``offset``'s batch read to the run's cutoff. A read
     that stopped neither at its quota or time limit (``more``) nor at SHARD_END stopped at the
-    first record that arrived after ``until`` or at the shard's tip (an empty page, nothing
-    behind), and it ran after ``until``: nothing that arrived by ``until`` is left after that
-    position, so the run's next planning need not ask the shard again (a record that only
-    becomes readable later is read by the next run)."""
+    first record that arrived after ``until`` or at the shard's tip (a page that is empty, or
+    shorter than asked for, with nothing behind), and it ran after ``until``: nothing that
+    arrived by ``until`` is left after that position, so the run's next planning need not ask
+    the shard again (a record that only becomes readable later is read by the next run)."""
     if offset.until is None:
         return set()
     return {
