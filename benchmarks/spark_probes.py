@@ -80,6 +80,41 @@ def new_processes() -> Iterator[dict[int, str]]:
         thread.join()
 
 
+class ServerCpu:
+    """The CPU time of this process's child whose command line names ``name`` (moto's server),
+    sampled from /proc every 20 ms on a thread: how busy the server was in a time window."""
+
+    def __init__(self, name: str = "moto") -> None:
+        self.pid = next(pid for pid in _descendants() if name in _cmdline(pid))
+        self.samples: list[tuple[float, float]] = []
+        self._done = threading.Event()
+        self._tick = os.sysconf("SC_CLK_TCK")
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                fields = f.read().decode().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
+            self.samples.append((time.monotonic(), cpu))
+
+    def used(self, start: float, end: float) -> float:
+        """CPU seconds between two ``time.monotonic()`` instants (to the nearest samples)."""
+        inside = [cpu for t, cpu in self.samples if start <= t <= end]
+        return inside[-1] - inside[0] if len(inside) > 1 else 0.0
+
+    def stop(self) -> None:
+        self._done.set()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def describe(procs: dict[int, str]) -> str:
     kinds: dict[str, int] = {}
     for what in procs.values():

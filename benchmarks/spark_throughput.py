@@ -20,6 +20,9 @@ Starts moto's server, writes a backlog, starts a local[2] Spark session, then me
     before it, since the machine's load drifts between the first and the last plain loop);
 (3) the same into parquet; (4) the Kinesis sink copying the backlog into a second stream;
 (5) kclasync workers with ``SparkProcessor`` + ``ParquetSink``.
+``--phases`` prints each query's batches with Spark's time per phase, and how many seconds of
+CPU moto's server spent in the plain loops and in each query (the reads' own work is the same
+for both, so a query's time beyond moto's busy time is time nothing was being read).
 ``--driver`` times only the source's own driver calls (its reader called as Spark calls it).
 ``--preload`` starts the session with ``spark.python.daemon.module`` set to
 ``kclasync.integrations.spark_daemon`` (workers forked with the AWS stack imported: the cold
@@ -49,12 +52,22 @@ from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.testing.emulators import LocalAws, moto_process
 
 # Run as a script (``uv run python benchmarks/spark_throughput.py``): its directory is on the path.
-from spark_probes import AWS, describe, driver_calls, new_processes, profile_task  # isort: skip
+from spark_probes import (  # isort: skip
+    AWS,
+    ServerCpu,
+    describe,
+    driver_calls,
+    new_processes,
+    profile_task,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kclasync.__file__)))
 
 #: Print each run's batches and Spark's time per phase (``--phases``).
 PHASES = False
+
+#: With ``--phases``: moto's CPU time, to show how busy the server was in each measured window.
+MOTO: ServerCpu | None = None
 
 #: ``--preload``: the daemon module that imports the source's AWS stack before forking workers.
 DAEMON = "kclasync.integrations.spark_daemon"
@@ -94,7 +107,12 @@ async def plain_loop(local: LocalAws, stream: str) -> tuple[int, float]:
 
         started = time.monotonic()
         counts = await asyncio.gather(*(drain(s["ShardId"]) for s in shards))
-        return sum(counts), time.monotonic() - started
+        ended = time.monotonic()
+        if PHASES and MOTO is not None:
+            await asyncio.sleep(0.05)  # one more sample after the end
+            busy = MOTO.used(started, ended)
+            print(f"  plain loop: {ended - started:.2f} s, moto busy {busy:.2f} s")
+        return sum(counts), ended - started
 
 
 class Rates(NamedTuple):
@@ -148,6 +166,14 @@ def source_run(
         )
         for p in query.recentProgress:
             print(f"    batch {p['batchId']}: {p['numInputRows']} rows {dict(p['durationMs'])}")
+        if MOTO is not None:
+            time.sleep(0.05)  # one more sample after the end
+            first_batch = started + to_first
+            print(
+                f"    moto busy {MOTO.used(started, started + elapsed):.2f} s from start(), "
+                f"{MOTO.used(first_batch, first_batch + batches):.2f} s of the {batches:.2f} s "
+                "in batches"
+            )
     return Rates(rows / elapsed, rows / (elapsed - to_first), rows / batches)
 
 
@@ -229,6 +255,9 @@ def main() -> None:
 
     signal.alarm(int(args.timeout))  # bounded: the whole run dies after --timeout seconds
     with moto_process(timeout=120) as local, tempfile.TemporaryDirectory() as tmp:
+        if PHASES:
+            global MOTO
+            MOTO = ServerCpu()
         asyncio.run(backlog(local, "bench", args.shards, args.records))
         if args.profile:
             profile_task(local, "bench")
