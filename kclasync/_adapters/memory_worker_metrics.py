@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from kclasync._core import worker_metrics as wm
+from kclasync._core import worker_metrics_item as wi
 
 
 class MemoryWorkerMetrics:
@@ -29,16 +30,16 @@ class MemoryWorkerMetrics:
 
     async def report(self, metrics: wm.WorkerMetrics) -> None:
         self.calls["report"] += 1
-        item = wm.encode_item(metrics)
+        item = wi.encode_item(metrics)
         kept = dict(self.items.get(metrics.worker_id, {}))
         # As the DynamoDB update: REMOVE cap and the heartbeat when the entry has none.
-        for name in (wm.CAPACITY, wm.HEARTBEAT, wm.HEARTBEAT_INTERVAL):
+        for name in (wi.CAPACITY, wi.HEARTBEAT, wi.HEARTBEAT_INTERVAL):
             kept.pop(name, None)
         self.items[metrics.worker_id] = {**kept, **item}
 
-    async def list_workers(self) -> wm.DecodedEntries:
+    async def list_workers(self) -> wi.DecodedEntries:
         self.calls["list_workers"] += 1
-        decoded = wm.decode_items(list(self.items.values()))
+        decoded = wi.decode_items(list(self.items.values()))
         self.corrupt_seen += len(decoded.corrupt)
         return decoded
 
@@ -46,7 +47,7 @@ class MemoryWorkerMetrics:
         self.calls["remove"] += 1
         if heartbeat is not None:
             item = self.items.get(worker_id)
-            if item is None or item.get(wm.HEARTBEAT) != {"N": str(heartbeat)}:
+            if item is None or item.get(wi.HEARTBEAT) != {"N": str(heartbeat)}:
                 return False
         self.items.pop(worker_id, None)
         return True

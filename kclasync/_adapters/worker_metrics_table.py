@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from kclasync._adapters import direct_requests
 from kclasync._adapters.dynamodb import _code, _mapped_errors, ensure_table
 from kclasync._core import worker_metrics as wm
+from kclasync._core import worker_metrics_item as wi
 
 log = logging.getLogger("kclasync.registry")
 
@@ -43,24 +44,24 @@ class DynamoWorkerMetrics:
             self._client,
             TableName=self.table_name,
             BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[{"AttributeName": wm.WORKER_ID, "AttributeType": "S"}],
-            KeySchema=[{"AttributeName": wm.WORKER_ID, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": wi.WORKER_ID, "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": wi.WORKER_ID, "KeyType": "HASH"}],
             timeout=timeout,
         )
 
     async def report(self, metrics: wm.WorkerMetrics) -> None:
-        item = wm.encode_item(metrics)
-        fields = [wm.LAST_UPDATE, wm.METRIC_STATS, wm.OPERATING_RANGE]
-        if wm.CAPACITY in item:
-            fields.append(wm.CAPACITY)
-        if wm.IMPLEMENTATION in item:
-            fields.append(wm.IMPLEMENTATION)
-        fields.extend(f for f in (wm.HEARTBEAT, wm.HEARTBEAT_INTERVAL) if f in item)
+        item = wi.encode_item(metrics)
+        fields = [wi.LAST_UPDATE, wi.METRIC_STATS, wi.OPERATING_RANGE]
+        if wi.CAPACITY in item:
+            fields.append(wi.CAPACITY)
+        if wi.IMPLEMENTATION in item:
+            fields.append(wi.IMPLEMENTATION)
+        fields.extend(f for f in (wi.HEARTBEAT, wi.HEARTBEAT_INTERVAL) if f in item)
         names = {f"#a{i}": f for i, f in enumerate(fields)}
         values = {f":a{i}": item[f] for i, f in enumerate(fields)}
         update = "SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(fields)))
         # A capacity or heartbeat period from an earlier run of this worker id no longer holds.
-        stale = [f for f in (wm.CAPACITY, wm.HEARTBEAT, wm.HEARTBEAT_INTERVAL) if f not in item]
+        stale = [f for f in (wi.CAPACITY, wi.HEARTBEAT, wi.HEARTBEAT_INTERVAL) if f not in item]
         if stale:
             names.update({f"#r{i}": f for i, f in enumerate(stale)})
             update += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(stale)))
@@ -71,14 +72,14 @@ class DynamoWorkerMetrics:
                 "UpdateItem",
                 {
                     "TableName": self.table_name,
-                    "Key": {wm.WORKER_ID: item[wm.WORKER_ID]},
+                    "Key": {wi.WORKER_ID: item[wi.WORKER_ID]},
                     "UpdateExpression": update,
                     "ExpressionAttributeNames": names,
                     "ExpressionAttributeValues": values,
                 },
             )
 
-    async def list_workers(self) -> wm.DecodedEntries:
+    async def list_workers(self) -> wi.DecodedEntries:
         items: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
         while True:
@@ -89,18 +90,18 @@ class DynamoWorkerMetrics:
             if "LastEvaluatedKey" not in resp:
                 break
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
-        decoded = wm.decode_items(items)  # the caller logs the unreadable ones (once each)
+        decoded = wi.decode_items(items)  # the caller logs the unreadable ones (once each)
         self.corrupt_seen += len(decoded.corrupt)
         return decoded
 
     async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
-            "Key": {wm.WORKER_ID: {"S": worker_id}},
+            "Key": {wi.WORKER_ID: {"S": worker_id}},
         }
         if heartbeat is not None:
             kwargs["ConditionExpression"] = "#hb = :hb"
-            kwargs["ExpressionAttributeNames"] = {"#hb": wm.HEARTBEAT}
+            kwargs["ExpressionAttributeNames"] = {"#hb": wi.HEARTBEAT}
             kwargs["ExpressionAttributeValues"] = {":hb": {"N": str(heartbeat)}}
         try:
             async with _mapped_errors("DeleteItem"):

@@ -37,7 +37,8 @@ from kclasync._core.position import Checkpoint
 from kclasync._core.retry_policy import OP_CLASS, OpClass, RetryPolicy, give_up, next_delay
 from kclasync._core.shard import Shard
 from kclasync._core.streams import StreamIdentity
-from kclasync._core.worker_metrics import DecodedEntries, WorkerMetrics
+from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._core.worker_metrics_item import DecodedEntries
 from kclasync.errors import ThrottledError, TransientError
 
 log = logging.getLogger("kclasync.retry")

@@ -34,11 +34,10 @@ from kclasync._core.worker_metrics import (
     CPU,
     FAILED_SAMPLE,
     KCLASYNC,
-    DecodedEntries,
     WorkerMetrics,
     may_report_metric,
-    presence_marks,
 )
+from kclasync._core.worker_metrics_item import DecodedEntries, presence_marks
 from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync.registry")

@@ -27,7 +27,8 @@ from kclasync._adapters.protocols import GetRecordsResult, ShardFilter, Starting
 from kclasync._consumer import Consumer
 from kclasync._core.lease import Lease
 from kclasync._core.shard import Shard
-from kclasync._core.worker_metrics import DecodedEntries, WorkerMetrics
+from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._core.worker_metrics_item import DecodedEntries
 from kclasync._processor import Checkpointer, ShardInfo
 from kclasync._records import Record
 from kclasync._simulation.invariants import InvariantChecker

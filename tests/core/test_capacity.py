@@ -9,6 +9,7 @@ import pytest
 
 from kclasync._config import ConsumerConfig
 from kclasync._core import worker_metrics as wm
+from kclasync._core import worker_metrics_item as wi
 from kclasync._core.assignment_decisions import may_rebalance, worker_loads
 from kclasync._core.capacity import CapacityEstimator
 from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
@@ -89,21 +90,21 @@ def test_capacity_is_an_extra_attribute_the_kcl_fields_stay_as_they_are() -> Non
     entry = wm.WorkerMetrics(
         "w1", 100, metric_stats={wm.CPU: (12.5,)}, operating_range={wm.CPU: (80,)}
     )
-    plain = wm.encode_item(entry)
-    item = wm.encode_item(attrs.evolve(entry, capacity_kbps=2500.0))
+    plain = wi.encode_item(entry)
+    item = wi.encode_item(attrs.evolve(entry, capacity_kbps=2500.0))
     assert item["cap"] == {"N": "2500.0"}
     assert {k: v for k, v in item.items() if k != "cap"} == plain
-    assert wm.decode_item(item).capacity_kbps == 2500.0
-    assert wm.decode_item(plain).capacity_kbps is None
+    assert wi.decode_item(item).capacity_kbps == 2500.0
+    assert wi.decode_item(plain).capacity_kbps is None
 
 
 @pytest.mark.parametrize(
     "bad", [{"N": "-3"}, {"N": "0"}, {"N": "x"}, {"S": "2"}, {"N": "Infinity"}]
 )
 def test_an_unusable_capacity_reads_as_none_not_as_a_corrupt_entry(bad: dict[str, str]) -> None:
-    item = wm.encode_item(wm.WorkerMetrics("w1", 100))
+    item = wi.encode_item(wm.WorkerMetrics("w1", 100))
     item["cap"] = bad
-    assert wm.decode_item(item).capacity_kbps is None
+    assert wi.decode_item(item).capacity_kbps is None
 
 
 def test_the_leader_takes_each_workers_reported_capacity() -> None:

@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from kclasync._core import worker_metrics as wm
+from kclasync._core import worker_metrics_item as wi
 
 #: An entry the Java KCL 3.1.3 wrote (read back from its table in the interop run): no CPU
 #: metric available, so empty maps.
@@ -20,9 +21,9 @@ JAVA_ITEM = {
 
 
 def test_reads_the_java_workers_entry_and_writes_it_back_identically() -> None:
-    entry = wm.decode_item(JAVA_ITEM)
+    entry = wi.decode_item(JAVA_ITEM)
     assert entry == wm.WorkerMetrics("java-1", 1795456278)
-    assert wm.encode_item(entry) == JAVA_ITEM
+    assert wi.encode_item(entry) == JAVA_ITEM
     assert wm.uses_default_metric(entry) and wm.is_valid(entry)
 
 
@@ -32,17 +33,17 @@ def test_cpu_samples_round_trip_with_their_operating_range() -> None:
         entry = entry.with_sample(wm.CPU, value * 1.5)
     assert entry.metric_stats[wm.CPU] == tuple(v * 1.5 for v in range(2, 12))  # last 10 kept
     assert entry.operating_range == {wm.CPU: (100,)}
-    item = wm.encode_item(entry)
+    item = wi.encode_item(entry)
     assert item["sts"]["M"]["C"]["L"][0] == {"N": "3.0"}
     assert item["opr"] == {"M": {"C": {"L": [{"N": "100"}]}}}
-    assert wm.decode_item(item) == entry
+    assert wi.decode_item(item) == entry
 
 
 def test_later_kcl_support_fields_are_read_and_kept() -> None:
     item = {**JAVA_ITEM, "sup": {"N": "1"}, "slu": {"N": "1795456000"}}
-    entry = wm.decode_item(item)
+    entry = wi.decode_item(item)
     assert (entry.support_code, entry.support_last_update) == (1, 1795456000)
-    assert wm.encode_item(entry) == item
+    assert wi.encode_item(entry) == item
 
 
 def test_liveness_follows_the_leaders_two_period_window_in_whole_seconds() -> None:
@@ -77,34 +78,34 @@ def test_invalid_and_failing_entries_are_not_live() -> None:
     ],
 )
 def test_unreadable_items_raise_a_clear_error(item: dict[str, Any], reason: str) -> None:
-    with pytest.raises(wm.CorruptWorkerMetricsError, match=reason):
-        wm.decode_item(item)
+    with pytest.raises(wi.CorruptWorkerMetricsError, match=reason):
+        wi.decode_item(item)
 
 
 def test_decode_items_skips_and_reports_corrupt_items() -> None:
-    decoded = wm.decode_items([JAVA_ITEM, {"wid": {"S": "bad"}}, {**JAVA_ITEM, "wid": {"S": "b"}}])
+    decoded = wi.decode_items([JAVA_ITEM, {"wid": {"S": "bad"}}, {**JAVA_ITEM, "wid": {"S": "b"}}])
     assert [e.worker_id for e in decoded.entries] == ["java-1", "b"]
     assert [e.worker_id for e in decoded.corrupt] == ["bad"]
 
 
 def test_presence_marks_count_unreadable_items_that_name_a_worker_by_their_content() -> None:
     half = {"wid": {"S": "half"}}
-    marks = dict(wm.presence_marks(wm.decode_items([JAVA_ITEM, half, {"lut": {"N": "1"}}])))
+    marks = dict(wi.presence_marks(wi.decode_items([JAVA_ITEM, half, {"lut": {"N": "1"}}])))
     assert set(marks) == {"java-1", "half"} and marks["java-1"] == 1795456278
     # The same content gives the same mark (silent); any rewrite gives another (live).
-    again = dict(wm.presence_marks(wm.decode_items([dict(half)])))
-    changed = dict(wm.presence_marks(wm.decode_items([{**half, "lut": {"S": "?"}}])))
+    again = dict(wi.presence_marks(wi.decode_items([dict(half)])))
+    changed = dict(wi.presence_marks(wi.decode_items([{**half, "lut": {"S": "?"}}])))
     assert again["half"] == marks["half"] != changed["half"]
     # Map keys in another order, and binary values, digest by content.
     one = {"wid": {"S": "x"}, "sts": {"M": {"C": {"N": "1"}, "M": {"B": b"\x00"}}}}
     other = {"sts": {"M": {"M": {"B": b"\x00"}, "C": {"N": "1"}}}, "wid": {"S": "x"}}
-    first, second = (dict(wm.presence_marks(wm.decode_items([i]))) for i in (one, other))
+    first, second = (dict(wi.presence_marks(wi.decode_items([i]))) for i in (one, other))
     assert first == second
 
 
 def test_non_finite_samples_are_refused_on_write() -> None:
     with pytest.raises(ValueError, match="finite"):
-        wm.encode_item(wm.WorkerMetrics("w", 1).with_sample(wm.CPU, float("inf")))
+        wi.encode_item(wm.WorkerMetrics("w", 1).with_sample(wm.CPU, float("inf")))
 
 
 def test_legacy_registry_keys_are_exactly_the_prefixed_ones() -> None:
@@ -135,10 +136,10 @@ def test_cpu_is_reported_unless_a_present_java_worker_reports_no_metric() -> Non
 
 def test_the_kclasync_marker_round_trips_and_java_entries_have_none() -> None:
     ours = wm.WorkerMetrics(worker_id="py-1", last_update=5, implementation=wm.KCLASYNC)
-    item = wm.encode_item(ours)
+    item = wi.encode_item(ours)
     assert item["impl"] == {"S": "kclasync"}
-    assert wm.decode_item(item) == ours
+    assert wi.decode_item(item) == ours
     assert (
-        wm.decode_item(wm.encode_item(attrs.evolve(ours, implementation=None))).implementation
+        wi.decode_item(wi.encode_item(attrs.evolve(ours, implementation=None))).implementation
         is None
     )

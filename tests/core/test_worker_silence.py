@@ -7,6 +7,7 @@ import random
 
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._core import worker_metrics as wm
+from kclasync._core import worker_metrics_item as wi
 from kclasync._core.balanced_taker import BalancedLeaseTaker
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.lease import Lease
@@ -315,21 +316,21 @@ def test_the_balanced_taker_plans_the_early_take_too() -> None:
 
 
 def test_the_heartbeat_round_trips_and_a_bad_period_reads_as_none() -> None:
-    item = wm.encode_item(entry("b", 1234567, 0.5))
-    assert item[wm.HEARTBEAT] == {"N": "1234567"} and item[wm.HEARTBEAT_INTERVAL] == {"N": "500"}
-    decoded = wm.decode_item(item)
+    item = wi.encode_item(entry("b", 1234567, 0.5))
+    assert item[wi.HEARTBEAT] == {"N": "1234567"} and item[wi.HEARTBEAT_INTERVAL] == {"N": "500"}
+    decoded = wi.decode_item(item)
     assert decoded.heartbeat == 1234567 and decoded.heartbeat_interval == 0.5
     for bad in ({"N": "0"}, {"N": "x"}, {"S": "500"}):
-        decoded = wm.decode_item({**item, wm.HEARTBEAT_INTERVAL: bad})
+        decoded = wi.decode_item({**item, wi.HEARTBEAT_INTERVAL: bad})
         assert decoded.heartbeat is None and decoded.heartbeat_interval is None
-    assert wm.HEARTBEAT not in wm.encode_item(entry("b", None, None))
+    assert wi.HEARTBEAT not in wi.encode_item(entry("b", None, None))
 
 
 async def test_a_report_without_heartbeat_removes_an_earlier_one() -> None:
     registry = MemoryWorkerMetrics()
     await registry.report(entry("b", 1))
-    assert wm.HEARTBEAT in registry.items["b"]
+    assert wi.HEARTBEAT in registry.items["b"]
     await registry.report(entry("b", None, None))
     assert (
-        wm.HEARTBEAT not in registry.items["b"] and wm.HEARTBEAT_INTERVAL not in registry.items["b"]
+        wi.HEARTBEAT not in registry.items["b"] and wi.HEARTBEAT_INTERVAL not in registry.items["b"]
     )

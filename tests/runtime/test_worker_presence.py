@@ -19,6 +19,7 @@ from kclasync._adapters.memory import (
 )
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._core import worker_metrics as wm
+from kclasync._core import worker_metrics_item as wi
 from kclasync._records import Record
 from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync.errors import ConfigError
@@ -51,16 +52,16 @@ async def test_the_entry_carries_lut_cpu_samples_and_the_operating_range() -> No
         registry, "w", wall_clock=lambda: wall[0], worker_timeout=5, cpu=cpu, max_cpu_percent=80
     )
     await presence.report()
-    entry = wm.decode_item(registry.items["w"])
+    entry = wi.decode_item(registry.items["w"])
     assert entry.last_update == 1_700_000_000
     assert entry.metric_stats == {"C": (12.5,)} and entry.operating_range == {"C": (80,)}
     assert wm.is_live(entry, now=1_700_000_001, report_period=30)
     wall[0] += 3
     await presence.report()  # an unreadable source: the failure marker, as the Java worker
-    entry = wm.decode_item(registry.items["w"])
+    entry = wi.decode_item(registry.items["w"])
     assert entry.metric_stats == {"C": (12.5, -1.0)} and wm.is_failing(entry)
     await presence.report()  # clamped to 100
-    assert wm.decode_item(registry.items["w"]).metric_stats["C"][-1] == 100.0
+    assert wi.decode_item(registry.items["w"]).metric_stats["C"][-1] == 100.0
     await presence.leave()
     await presence.close()
     assert registry.items == {} and cpu.closed
@@ -73,7 +74,7 @@ async def test_no_cpu_source_means_no_cpu_metric_and_corrupt_entries_are_counted
         registry, "w", wall_clock=lambda: 100.0, worker_timeout=5, on_corrupt=counted.append
     )
     await presence.report()
-    entry = wm.decode_item(registry.items["w"])
+    entry = wi.decode_item(registry.items["w"])
     assert entry.metric_stats == {} and entry.operating_range == {}
     assert wm.uses_default_metric(entry) and wm.is_valid(entry)
     registry.items["bad"] = {"wid": {"S": "bad"}, "lut": {"S": "x"}}
@@ -221,13 +222,13 @@ async def test_cpu_is_left_out_while_a_java_worker_reports_none_and_back_once_it
     # A Java KCL worker that cannot read its CPU writes empty maps (the default metric).
     await registry.report(wm.WorkerMetrics(worker_id="java-1", last_update=int(wall[0])))
     await presence.report()
-    entry = wm.decode_item(registry.items["py-1"])
+    entry = wi.decode_item(registry.items["py-1"])
     assert entry.implementation == "kclasync" and wm.uses_default_metric(entry)
     assert presence.reporting_cpu is False and presence.last_entry.metric_stats["C"] == (20.0,)
     # The Java worker stops reporting; after two KCL report periods it no longer counts.
     for _ in range(5):
         wall[0] += 16
         await presence.report()
-    entry = wm.decode_item(registry.items["py-1"])
+    entry = wi.decode_item(registry.items["py-1"])
     assert presence.reporting_cpu is True
     assert entry.metric_stats["C"] == (20.0,) * 6 and entry.operating_range == {"C": (100,)}
