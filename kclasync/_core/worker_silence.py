@@ -29,7 +29,9 @@ simulation:
   moved).
 * ``early_take_view``: the taker's view for taking those expired leases through the normal
   planners (``Kcl2LeaseTaker``, ``BalancedLeaseTaker``) with their limits: the leases just read,
-  this worker's own, and the other live owners' leases from the last scan, counted as held.
+  this worker's own, and the other live owners' leases, counted as held: as the follow read
+  them (a silent worker's lease that another worker took meanwhile is that worker's), else as
+  the last scan saw them.
   ``after_early_take``: the expired leases the plan left (another worker's share, or a race
   lost) are read and planned again a few times, a heartbeat period apart.
 
@@ -294,22 +296,33 @@ def early_take_view(
     live_workers: frozenset[str],
     max_leases_for_worker: int | None,
     max_leases_to_steal: int | None,
+    taken_by_others: Sequence[Lease] = (),
 ) -> TakeView:
     """The view a taker plans an early take with. Only ``expired`` (just read, and expired by
     the unchanged rule) can come out as available: ``held`` (this worker's leases as it holds
-    them) and the last scan's leases of the other owners that are not silent count as held
-    (they were not read now, so nothing says they expired), with their expiry judged from a
-    tracker that knows only the expired leases' true stamps. Unowned leases of the last scan
-    and the silent workers' other leases are left out: the periodic round handles them."""
+    them) and the leases of the other owners that are not silent count as held (they were not
+    read as expired, so nothing says they expired), with their expiry judged from a tracker
+    that knows only the expired leases' true stamps. The other owners' leases are
+    ``taken_by_others`` (read by this follow, newer than the last scan: the silent worker's
+    leases that another worker took first) and the rest of the last scan's. Unowned leases of
+    the last scan and the silent workers' other leases are left out: the periodic round
+    handles them.
+
+    Without ``taken_by_others``, two followers of one silent worker plan from the same last
+    scan: the one that checks second does not see the first one's take, so its plan can give
+    it no share of what is left, and the lease waits for the retakes (``after_early_take``)
+    and then a full taking round."""
     view_tracker = tracker.subset(lease.key for lease in expired)
     fresh = {lease.key for lease in expired}
     mine = {lease.key for lease in held}
+    read = {lease.key: lease for lease in taken_by_others}
     leases: list[Lease] = list(expired)
     for lease in held:
         if lease.key not in fresh:
             leases.append(lease)
             view_tracker.observe_one(lease, now)
-    for lease in last_scan:
+    scanned = [lease for lease in last_scan if lease.key not in read]
+    for lease in (*read.values(), *scanned):
         if lease.key in fresh or lease.key in mine or lease.owner is None:
             continue
         if lease.owner == worker_id or lease.owner in silent:

@@ -191,14 +191,28 @@ class EarlyFailover:
             holder.worker_id,
             len(keys),
         )
+        # The silent worker's leases that another worker took: newer than the last scan, so
+        # the plans below count them as that worker's (``early_take_view``).
+        others: dict[str, Lease] = {}
+
+        def seen(leases: list[Lease | None]) -> list[Lease | None]:
+            for lease in leases:
+                if lease is None:
+                    continue
+                if lease.owner in (None, owner, holder.worker_id):
+                    others.pop(lease.key, None)
+                else:
+                    others[lease.key] = lease
+            return leases
+
         check = judge_silent_leases(
-            taking.expiry, owner, await self._read(keys, tally), holder.now(), recheck=False
+            taking.expiry, owner, seen(await self._read(keys, tally)), holder.now(), recheck=False
         )
         rounds_left = RETAKE_ROUNDS
         while True:
             if check.expired:
                 tally.expired = True
-                taken = await self._take(check)
+                taken = await self._take(check, list(others.values()))
                 check = after_early_take(check, taken, holder.now(), self.interval, rounds_left)
                 rounds_left -= 1
                 if check.unplanned and self._wake_taker is not None:
@@ -211,7 +225,7 @@ class EarlyFailover:
             check = judge_silent_leases(
                 taking.expiry,
                 owner,
-                await self._read(check.waiting, tally),
+                seen(await self._read(check.waiting, tally)),
                 holder.now(),
                 recheck=True,
             )
@@ -222,8 +236,10 @@ class EarlyFailover:
         tally.items += len(ordered)
         return list(await asyncio.gather(*(self._holder.store.get_lease(k) for k in ordered)))
 
-    async def _take(self, check: SilentLeaseCheck) -> set[str]:
-        """Take what the taker's plan chooses of the expired leases; the keys taken."""
+    async def _take(self, check: SilentLeaseCheck, taken_by_others: list[Lease]) -> set[str]:
+        """Take what the taker's plan chooses of the expired leases; the keys taken.
+        ``taken_by_others``: leases of the silent worker this follow read under another
+        owner."""
         holder = self._holder
         taking = holder.taking
         if not taking.enabled:
@@ -241,6 +257,7 @@ class EarlyFailover:
             live_workers=taking.live_workers,
             max_leases_for_worker=taking.max_leases_for_worker,
             max_leases_to_steal=taking.max_leases_to_steal,
+            taken_by_others=taken_by_others,
         )
         plan = taking.taker.plan(view, taking.rng)
         by_key = {lease.key: lease for lease in expired}

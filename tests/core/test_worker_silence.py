@@ -334,3 +334,38 @@ async def test_a_report_without_heartbeat_removes_an_earlier_one() -> None:
     assert (
         wi.HEARTBEAT not in registry.items["b"] and wi.HEARTBEAT_INTERVAL not in registry.items["b"]
     )
+
+
+def test_a_lease_another_follower_took_first_counts_as_that_workers_in_the_plan() -> None:
+    """b held b0 and b1 and went silent; a took b0 first. My last scan still shows b0 as b's,
+    so without what my follow read, a and I look equal (one lease each) and the fleet plan can
+    give b1 to a, which already took its share: b1 would wait for the retakes."""
+    tracker = ExpiryTracker(F)
+    mine = [Lease(key="m0", owner="me", counter=9)]
+    scan = [
+        *mine,
+        Lease(key="a0", owner="a", counter=1),
+        *(Lease(key=f"b{i}", owner="b", counter=3) for i in range(2)),
+    ]
+    tracker.observe(scan, 0.0)
+    expired = [Lease(key="b1", owner="b", counter=3)]
+    taken_by_a = Lease(key="b0", owner="a", counter=4)
+
+    def plan(taken: list[Lease]):  # type: ignore[no-untyped-def]
+        view = early_take_view(
+            worker_id="me",
+            expired=expired,
+            held=mine,
+            last_scan=scan,
+            silent={"b"},
+            tracker=tracker,
+            now=15.0,
+            live_workers=frozenset({"me", "a", "b"}),
+            max_leases_for_worker=None,
+            max_leases_to_steal=1,
+            taken_by_others=taken,
+        )
+        return BalancedLeaseTaker(steal_budget=None).plan(view, random.Random(1))
+
+    assert [lease.key for lease in plan([taken_by_a]).take] == ["b1"]
+    assert plan([]).empty  # the last scan alone: a (1) and me (1) tie, and a gets b1

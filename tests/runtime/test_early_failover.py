@@ -207,3 +207,53 @@ async def test_the_leader_removes_a_killed_workers_entry_once_its_leases_are_tak
     assert a._worker is not None and a._worker.early_failover is not None
     assert a._worker.early_failover.entries_removed == 1
     await fleet.close()
+
+
+@in_virtual_time
+async def test_two_followers_share_a_killed_workers_leases_without_waiting_for_retakes() -> None:
+    """Three workers on 4 shards; the one holding two is killed. Both survivors follow it and
+    check its leases when they expire; the one that checks second must count the lease the
+    first one just took as that worker's (its last scan still shows it as the dead worker's),
+    else its plan leaves the second lease to the first survivor and the lease waits for the
+    retakes, a heartbeat period each, and then a full taking round."""
+    loop = asyncio.get_running_loop()
+    fleet = Fleet()
+    for name, offset in (("a", 0.0), ("b", 0.13), ("c", 0.29)):
+        await asyncio.sleep(offset)  # the followers read at different moments, as on hosts
+        fleet.start(name)
+
+    def counts() -> dict[str | None, int]:
+        held: dict[str | None, int] = {}
+        for owner in owners(fleet.table).values():
+            held[owner] = held.get(owner, 0) + 1
+        return held
+
+    await wait_until(
+        lambda: len(fleet.table.leases) == 4 and sorted(counts().values()) == [1, 1, 2],
+        20 * FAILOVER,
+        "the leases spread 2/1/1",
+    )
+    await asyncio.sleep(2 * FAILOVER)  # steady state: every worker has watched the others beat
+    [victim] = [w for w, n in counts().items() if n == 2]
+    assert victim is not None
+    orphaned = sorted(k for k, owner in owners(fleet.table).items() if owner == victim)
+    killed = loop.time()
+    await fleet.kill(victim)
+    taken_at: dict[str, float] = {}
+
+    def all_taken() -> bool:
+        now = loop.time()
+        for key in orphaned:
+            if owners(fleet.table)[key] != victim:
+                taken_at.setdefault(key, now)
+        return len(taken_at) == len(orphaned)
+
+    await wait_until(all_taken, 5 * FAILOVER, "the survivors taking the dead worker's leases")
+    survivors = {owners(fleet.table)[key] for key in orphaned}
+    assert len(survivors) == 2, survivors  # one each
+    times = sorted(t - killed for t in taken_at.values())
+    # Both within the early path's bound, and the second take within a heartbeat period of
+    # the first (the heartbeat interval is 0.5 s here): no retake rounds.
+    assert times[-1] < 1.2 * FAILOVER, times
+    assert times[-1] - times[0] < 0.5, times
+    await fleet.close()
