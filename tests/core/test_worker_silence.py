@@ -4,6 +4,7 @@ when read (the expiry rule unchanged), and the taker's view for taking them."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._core import worker_metrics as wm
@@ -260,15 +261,17 @@ def test_expired_leases_left_by_the_plan_are_planned_again_a_few_times() -> None
 # -- the early take goes through the takers' own plans ---------------------------------------------
 
 
-def early_view(tracker: ExpiryTracker, expired: list[Lease], **kw: object):  # type: ignore[no-untyped-def]
-    mine = [Lease(key=f"m{i}", owner="me", counter=9) for i in range(2)]
-    # The last scan was long ago: c's leases carry old stamps but were not read now.
-    scan = [
-        *mine,
-        *(Lease(key=f"c{i}", owner="c", counter=1) for i in range(2)),
-        Lease(key="free", owner=None),
-        *expired,
-    ]
+def take_view(  # type: ignore[no-untyped-def]
+    tracker: ExpiryTracker,
+    *,
+    expired: list[Lease],
+    mine: list[Lease],
+    scan: list[Lease],
+    live: set[str],
+    cap: int | None = None,
+    taken: Sequence[Lease] = (),
+):
+    """Worker "me"'s early-take view at 15.0, b silent, the last scan observed at 0.0."""
     tracker.observe(scan, 0.0)
     return early_take_view(
         worker_id="me",
@@ -278,10 +281,25 @@ def early_view(tracker: ExpiryTracker, expired: list[Lease], **kw: object):  # t
         silent={"b"},
         tracker=tracker,
         now=15.0,
-        live_workers=frozenset({"me", "b", "c"}),
-        max_leases_for_worker=kw.get("cap"),  # type: ignore[arg-type]
+        live_workers=frozenset(live),
+        max_leases_for_worker=cap,
         max_leases_to_steal=1,
+        taken_by_others=taken,
     )
+
+
+def early_view(tracker: ExpiryTracker, expired: list[Lease], **kw: object):  # type: ignore[no-untyped-def]
+    mine = [Lease(key=f"m{i}", owner="me", counter=9) for i in range(2)]
+    # The last scan was long ago: c's leases carry old stamps but were not read now.
+    scan = [
+        *mine,
+        *(Lease(key=f"c{i}", owner="c", counter=1) for i in range(2)),
+        Lease(key="free", owner=None),
+        *expired,
+    ]
+    cap = kw.get("cap")
+    assert cap is None or isinstance(cap, int)
+    return take_view(tracker, expired=expired, mine=mine, scan=scan, live={"me", "b", "c"}, cap=cap)
 
 
 def test_only_the_leases_just_judged_expired_are_available_to_the_kcl2_taker() -> None:
@@ -347,23 +365,12 @@ def test_a_lease_another_follower_took_first_counts_as_that_workers_in_the_plan(
         Lease(key="a0", owner="a", counter=1),
         *(Lease(key=f"b{i}", owner="b", counter=3) for i in range(2)),
     ]
-    tracker.observe(scan, 0.0)
     expired = [Lease(key="b1", owner="b", counter=3)]
     taken_by_a = Lease(key="b0", owner="a", counter=4)
 
     def plan(taken: list[Lease]):  # type: ignore[no-untyped-def]
-        view = early_take_view(
-            worker_id="me",
-            expired=expired,
-            held=mine,
-            last_scan=scan,
-            silent={"b"},
-            tracker=tracker,
-            now=15.0,
-            live_workers=frozenset({"me", "a", "b"}),
-            max_leases_for_worker=None,
-            max_leases_to_steal=1,
-            taken_by_others=taken,
+        view = take_view(
+            tracker, expired=expired, mine=mine, scan=scan, live={"me", "a", "b"}, taken=taken
         )
         return BalancedLeaseTaker(steal_budget=None).plan(view, random.Random(1))
 
