@@ -9,10 +9,10 @@ configured maximum idle time plus a call). The put's own time is printed apart (
 moto's server sometimes takes half a second to answer one. The baseline mode is the behaviour
 before idle shards were made cheap (a fixed ``idle_time_between_reads``, botocore's request
 path), selected through settings, so every mode runs in this one process and the figures are
-printed as ratios against it. The modes without
-the direct request path (``_adapters/direct_requests.py``) turn it off for their run only; the
-mode "direct path through aiohttp" keeps it but sends through the client's aiohttp session
-instead of kclasync's own HTTP transport (``_adapters/http_transport.py``), as it did first.
+printed as ratios against it. The modes without the direct request path
+(``_adapters/direct_requests.py``) turn it off for their run only; the mode "direct path
+through aiohttp" keeps it but sends through the client's aiohttp session instead of kclasync's
+own HTTP transport (``_adapters/http_transport.py``), as it did first.
 
     uv run python benchmarks/idle_shards.py [--shards 100] [--window 60] [--warmup 15] [--wakeups 5]
         [--modes 0,1,2,3,4,5] [--keep-alive]

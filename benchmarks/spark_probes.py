@@ -93,8 +93,11 @@ class ServerCpu:
 
     def _sample(self) -> None:
         while not self._done.wait(0.02):
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                fields = f.read().decode().rsplit(")", 1)[1].split()
+            try:
+                with open(f"/proc/{self.pid}/stat", "rb") as f:
+                    fields = f.read().decode().rsplit(")", 1)[1].split()
+            except OSError:
+                return  # the server has exited
             cpu = (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
             self.samples.append((time.monotonic(), cpu))
 

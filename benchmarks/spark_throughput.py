@@ -346,6 +346,8 @@ def main() -> None:
             rate = asyncio.run(processor_run(spark, local, "bench", tmp, args.records))
             print(f"workers -> SparkProcessor -> parquet:           {rate:,.0f} rows/s")
         spark.stop()
+        if MOTO is not None:
+            MOTO.stop()
 
 
 if __name__ == "__main__":
