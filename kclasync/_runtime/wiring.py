@@ -113,7 +113,7 @@ def fanout_consumers_for(spec: WorkerSpec, client: FanOutClient | None) -> FanOu
         return None
     if client is None:
         raise ConfigError(
-            "retrieval", "fan-out needs the Kinesis client kclasync creates (no stream_client=)"
+            "retrieval", "fan-out needs the Kinesis client of the AWS backend (backend=AWSBackend)"
         )
     return FanOutConsumers(
         client,
