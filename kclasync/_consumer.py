@@ -281,6 +281,16 @@ class Consumer:
         return self._worker.coordinator if self._worker is not None else None
 
     @property
+    def _store(self) -> object:
+        """The backend's lease store (under the worker's retry wrapper), while running."""
+        return self._worker.store.inner if self._worker is not None else None
+
+    @property
+    def _stream_client(self) -> object:
+        """The backend's stream client (under the worker's retry wrapper), while running."""
+        return self._worker.stream_client.inner if self._worker is not None else None
+
+    @property
     def _elector(self) -> LeaderElector | None:
         return self._worker.elector if self._worker is not None else None
 

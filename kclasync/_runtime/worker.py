@@ -114,6 +114,7 @@ class Worker:
         self._taker_wake = parts.taker_wake
         self.retrier = parts.retrier
         self.store = parts.store
+        self.stream_client = parts.stream_client
         self.locks = parts.locks
         self.registry = parts.registry
         self.coordinator = parts.coordinator
