@@ -68,11 +68,6 @@ class LeaseCoordinator:
     def now(self) -> float:
         return self.held.now()
 
-    # -- the loops ---------------------------------------------------------------------------
-
     async def renew_all(self) -> None:
-        """One renewal round over every held lease."""
+        """One renewal round over every held lease (the renewer loop is ``renewals.loop``)."""
         await self.renewals.renew_all()
-
-    async def renewer_loop(self) -> None:
-        await self.renewals.loop()

@@ -159,7 +159,7 @@ class Worker:
             self.supervisor.attach(pipelines)
             async with asyncio.TaskGroup() as loops:
                 renewer = [
-                    loops.create_task(self._watched(coordinator.renewer_loop), name="renewer")
+                    loops.create_task(self._watched(coordinator.renewals.loop), name="renewer")
                 ]
                 if self.early_failover is not None:
                     # Heartbeats go on while the pipelines drain, as renewals do.
