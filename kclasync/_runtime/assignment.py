@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import logging
 import random
-from typing import TYPE_CHECKING
 
 from kclasync._adapters.protocols import LeaseScan, LeaseStore
 from kclasync._adapters.worker_registry import WorkerRegistry
@@ -45,11 +44,9 @@ from kclasync._core.lease_cleanup import ready_for_deletion
 from kclasync._core.load_assignment import FleetSnapshot, Plan
 from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
 from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._runtime.leader import LeaderElector
+from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync.errors import AdapterError
-
-if TYPE_CHECKING:
-    from kclasync._runtime.leader import LeaderElector
-    from kclasync._runtime.lease_coordinator import LeaseCoordinator
 
 log = logging.getLogger("kclasync.assignment")
 
