@@ -25,6 +25,7 @@ import attrs
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import (
     MemoryCoordinatorState,
     MemoryLeaseStore,
@@ -93,9 +94,7 @@ async def run(taker: str, shards: int, joiners: int, failover: float, limit: flo
             application_name="bench",
             processor=handle,
             config=attrs.evolve(config, worker_id=name),
-            lease_store=MemoryLeaseStore(table),
-            stream_client=client,
-            coordinator_state=state,
+            backend=AdapterBackend(MemoryLeaseStore(table), client, locks=state),
             registry=CollectorRegistry(),
             rng=random.Random(name),
         )

@@ -4,6 +4,7 @@ Everything a user needs is importable from here.
 """
 
 from kclasync._adapters.aws import ClientOptions
+from kclasync._adapters.backends import AWSBackend, Backend
 from kclasync._batches import BatchIterator, ShardBatch
 from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
 from kclasync._consumer import Consumer
@@ -26,6 +27,8 @@ from kclasync.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AWSBackend",
+    "Backend",
     "BatchIterator",
     "Checkpoint",
     "CheckpointError",

@@ -12,7 +12,9 @@ processor's.
 Owns: the queue between pipelines and the loop, when a batch counts as finished or withdrawn,
 and closing the iteration (withdraw what was not yielded, stop the consumer gracefully).
 Must not: read Kinesis or write the lease table itself (the pipeline and its checkpointer do),
-or decide lease ownership or staleness (``_runtime.lease_coordinator``, ``_core.held_lease``).
+decide lease ownership or staleness (``_runtime.held``, ``_core.held_lease``), or import the
+``Consumer`` (it is given as the ``_Runner`` it uses) or reach into the worker (it is given the
+worker's ``HeldLeases``, once there is one).
 """
 
 from __future__ import annotations
@@ -20,19 +22,32 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from kclasync._core.held_lease import is_stale
+from kclasync._core.held_lease import HeldLease
 from kclasync._processor import Checkpointer, RecordProcessor, ShardInfo
 from kclasync._records import Record
-from kclasync._runtime.held import HeldLease
+from kclasync._runtime.held import HeldLeases
 from kclasync.errors import InvalidCheckpointError, LeaseLostError
 
-if TYPE_CHECKING:
-    from kclasync._consumer import Consumer
-    from kclasync._runtime.worker import Worker
-
 __all__ = ["BatchFeed", "BatchIterator", "ShardBatch"]
+
+
+class _Runner(Protocol):
+    """What the iteration needs of the ``Consumer`` it belongs to."""
+
+    worker_id: str
+    #: The task running ``run()`` in the background (None until started).
+    _background: asyncio.Task[None] | None
+    _stop_requested: asyncio.Event
+
+    @property
+    def _running(self) -> bool:
+        """Whether ``run()`` has built its worker (it runs)."""
+
+    async def run(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class ShardBatch:
@@ -144,30 +159,29 @@ class _ShardFeed:
         self._withdrew = False
 
     def stale(self) -> bool:
-        held, worker = self._held, self._feed.worker()
-        if held is None or held.lost or worker is None:
+        held, leases = self._held, self._feed.leases()
+        if held is None or held.lost or leases is None:
             return True
-        coordinator = worker.coordinator
-        return is_stale(held.renewed_at, coordinator.now(), coordinator.failover_time)
+        return leases.is_stale(held)
 
     def ensure_held(self) -> None:
         """The check a pipeline makes before each batch: raises LeaseLostError if the lease is
         lost or stale (a stale one is then lost through the route that stops its pipeline)."""
-        held, worker = self._held, self._feed.worker()
-        if held is None or worker is None:
+        held, leases = self._held, self._feed.leases()
+        if held is None or leases is None:
             raise LeaseLostError(self._shard.lease_key if self._shard else "?")
-        worker.coordinator.ensure_held(held)
+        leases.ensure_held(held)
 
     def stop_pipeline(self) -> None:
         """Ask this shard's pipeline to stop after the batch in flight, as a stop does."""
-        held, worker = self._held, self._feed.worker()
-        if held is not None and worker is not None and not held.lost:
-            worker.supervisor.lease_stop_requested(held, "the batch iteration ended")
+        held, leases = self._held, self._feed.leases()
+        if held is not None and leases is not None and not held.lost:
+            leases.request_stop(held, "the batch iteration ended")
 
     async def initialize(self, shard: ShardInfo) -> None:
         self._shard = shard
-        worker = self._feed.worker()
-        self._held = worker.coordinator.held.get(shard.lease_key) if worker else None
+        leases = self._feed.leases()
+        self._held = leases.get(shard.lease_key) if leases is not None else None
         self._feed.shards.add(self)
 
     async def process_records(
@@ -208,8 +222,9 @@ class _ShardFeed:
 class BatchFeed:
     """A consumer's end of the queue: the processors feeding it and the loop reading it."""
 
-    def __init__(self, worker: Callable[[], Worker | None]) -> None:
-        self.worker = worker
+    def __init__(self, leases: Callable[[], HeldLeases | None]) -> None:
+        #: The running worker's held leases (None before it runs).
+        self.leases = leases
         #: At most one batch per shard: each shard's processor waits until its batch finished.
         self.queue: asyncio.Queue[ShardBatch] = asyncio.Queue()
         self.shards: set[_ShardFeed] = set()
@@ -261,7 +276,7 @@ class BatchIterator:
     stopped it, if any; leaving it (break, an exception, cancellation) stops the consumer
     gracefully."""
 
-    def __init__(self, consumer: Consumer, feed: BatchFeed) -> None:
+    def __init__(self, consumer: _Runner, feed: BatchFeed) -> None:
         self._consumer = consumer
         self._feed = feed
 
@@ -295,14 +310,14 @@ class BatchIterator:
             raise failure
 
 
-def _failure(consumer: Consumer) -> BaseException | None:
+def _failure(consumer: _Runner) -> BaseException | None:
     task = consumer._background
     if task is None or not task.done() or task.cancelled():
         return None
     return task.exception()
 
 
-async def _next(consumer: Consumer, feed: BatchFeed) -> ShardBatch | None:
+async def _next(consumer: _Runner, feed: BatchFeed) -> ShardBatch | None:
     """The next batch to yield, or None once the consumer stops or its run ended."""
     run, stopping = consumer._background, consumer._stop_requested
     assert run is not None
@@ -330,9 +345,9 @@ async def _next(consumer: Consumer, feed: BatchFeed) -> ShardBatch | None:
             return batch
 
 
-async def _iterate(consumer: Consumer, feed: BatchFeed) -> AsyncIterator[ShardBatch]:
+async def _iterate(consumer: _Runner, feed: BatchFeed) -> AsyncIterator[ShardBatch]:
     if consumer._background is None:
-        if consumer._worker is not None:
+        if consumer._running:
             raise RuntimeError("iterate batches() instead of running the consumer yourself")
         consumer._background = asyncio.create_task(
             consumer.run(), name=f"consumer {consumer.worker_id}"

@@ -9,13 +9,10 @@ validator in ``kclasync._config_fields`` does), or derive periods (``kclasync._c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kclasync._core.periods import ENTRY_RESOLUTION
 from kclasync.errors import ConfigError
-
-if TYPE_CHECKING:
-    from kclasync._config import ConsumerConfig
 
 #: The most records one GetRecords call may ask for.
 MAX_RECORDS_LIMIT = 10000
@@ -23,7 +20,39 @@ MAX_RECORDS_LIMIT = 10000
 SUBSCRIPTION_LIFETIME = 300
 
 
-def check_fields_agree(cfg: ConsumerConfig) -> None:
+class _Settings(Protocol):
+    """The fields of ``ConsumerConfig`` the rules read (the configuration imports this module,
+    not the other way round)."""
+
+    @property
+    def max_records(self) -> int: ...
+    @property
+    def epsilon(self) -> float: ...
+    @property
+    def failover_time(self) -> float: ...
+    @property
+    def throttle_backoff(self) -> float: ...
+    @property
+    def max_backoff(self) -> float: ...
+    @property
+    def leader_heartbeat_interval(self) -> float: ...
+    @property
+    def leader_lock_duration(self) -> float: ...
+    @property
+    def cleanup_leases_upon_shard_completion(self) -> bool: ...
+    @property
+    def rebalance_target_percent(self) -> float: ...
+    @property
+    def rebalance_threshold_percent(self) -> float: ...
+    @property
+    def worker_timeout(self) -> float | None: ...
+    @property
+    def renewer_interval(self) -> float: ...
+    @property
+    def fanout_refresh_after(self) -> float: ...
+
+
+def check_fields_agree(cfg: _Settings) -> None:
     """Raise ``ConfigError`` for the first rule between fields that ``cfg`` breaks."""
     if cfg.max_records > MAX_RECORDS_LIMIT:
         raise ConfigError(

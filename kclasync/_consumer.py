@@ -1,11 +1,12 @@
 """The public ``Consumer``: one worker of a fleet that shares the shards of one or more streams.
 
-Owns: validating what the user passed, creating the AWS clients it was not given, starting and
-stopping the worker (``_runtime.worker``: the task tree), and the public surface: ``run``,
+Owns: validating what the user passed, asking the backend (``_adapters.backends``: AWS by
+default) for the worker's adapters, starting and stopping the worker (built by
+``_runtime.wiring``; its task tree is ``_runtime.worker``'s), and the public surface: ``run``,
 ``stop``, ``async with``, ``batches``, ``wait_started``, ``health``, ``held_leases``,
 ``is_leader``, ``worker_id``, ``config``, ``metrics``.
 Must not: make protocol decisions (``kclasync._core``), call AWS directly (adapters), or do the
-runtime parts' jobs (``kclasync._runtime``).
+runtime parts' jobs (``kclasync._runtime``), or build adapters (the backend does).
 """
 
 from __future__ import annotations
@@ -17,17 +18,15 @@ import os
 import random
 import secrets
 import socket
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import attrs
 from prometheus_client import CollectorRegistry
 
 from kclasync._adapters.aws import ClientOptions
-from kclasync._adapters.cpu_metrics import CpuReader
-from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
-from kclasync._adapters.worker_registry import WorkerRegistry
+from kclasync._adapters.backends import AWSBackend, Backend
 from kclasync._batches import BatchFeed, BatchIterator
 from kclasync._config import ConsumerConfig, LeaseTakerKind
 from kclasync._core.balanced_taker import BalancedLeaseTaker
@@ -37,13 +36,10 @@ from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics, metrics_for
 from kclasync._runtime.shard_sync import StreamList
-from kclasync._runtime.worker import Worker
-from kclasync._runtime.worker_parts import WorkerSpec, shard_sync_for
+from kclasync._runtime.wiring import build_worker, shard_sync_for
+from kclasync._runtime.worker import Worker, WorkerSpec
 from kclasync.errors import ConfigError
 from kclasync.logging import log_context
-
-if TYPE_CHECKING:
-    from kclasync._adapters.fanout import FanOutClient
 
 log = logging.getLogger("kclasync._consumer")
 
@@ -81,6 +77,10 @@ class Consumer:
 
     Without ``processor=``, iterate the batches instead: ``async for batch in
     consumer.batches(): ...; await batch.commit()``.
+
+    ``backend=`` says where the lease table and the streams live: ``AWSBackend(...)`` (the
+    default, built from ``region_name``, ``endpoint_url``, ``session`` or ``client_options``)
+    or, in tests, ``kclasync.testing.MemoryBackend()``.
     """
 
     def __init__(
@@ -96,14 +96,9 @@ class Consumer:
         session: Any = None,
         client_options: ClientOptions | None = None,
         registry: CollectorRegistry | None = None,
-        lease_store: LeaseStore | None = None,
-        stream_client: StreamClient | None = None,
-        lease_taker: LeaseTaker | None = None,
+        backend: Backend | None = None,
         rng: random.Random | None = None,
-        coordinator_state: CoordinatorStateStore | None = None,
-        worker_registry: WorkerRegistry | None = None,
         wall_clock: Callable[[], float] | None = None,
-        cpu_reader: CpuReader | None = None,
     ) -> None:
         if streams is None:
             if not stream_name:
@@ -135,7 +130,7 @@ class Consumer:
         self._feed: BatchFeed | None = None
         self._factory: ProcessorFactory
         if processor is None:
-            self._feed = BatchFeed(lambda: self._worker)
+            self._feed = BatchFeed(lambda: self._worker.held if self._worker else None)
             self._factory = self._feed.new_processor
         else:
             try:
@@ -144,30 +139,34 @@ class Consumer:
                 )
             except TypeError as exc:
                 raise ConfigError("processor", str(exc)) from None
-        if client_options is None:
-            client_options = ClientOptions(
-                region_name=region_name, endpoint_url=endpoint_url, session=session
+        if backend is None:
+            if client_options is not None and (region_name or endpoint_url or session):
+                raise ConfigError(
+                    "client_options", "give either client_options or region/endpoint/session"
+                )
+            backend = AWSBackend(
+                region_name=region_name,
+                endpoint_url=endpoint_url,
+                session=session,
+                client_options=client_options,
             )
-        elif region_name or endpoint_url or session:
+        elif client_options is not None or region_name or endpoint_url or session:
             raise ConfigError(
-                "client_options", "give either client_options or region/endpoint/session"
+                "backend", "give the AWS settings to AWSBackend(...), not beside backend="
             )
-        self._client_options = client_options
+        elif not isinstance(backend, Backend):
+            raise ConfigError("backend", f"must be a Backend, got {backend!r}")
+        self._backend = backend
         self.worker_id: str = self.config.worker_id or default_worker_id()
         self._table_name = self.config.table_name or application_name
         #: The worker's Prometheus metrics (in ``registry=``, or the default registry).
         self.metrics: ConsumerMetrics = metrics_for(registry)
         self._labels = (application_name, self.worker_id)
-        self._store = lease_store
-        self._stream_client = stream_client
-        #: Enhanced fan-out over the Kinesis client made in ``run()`` (retrieval="fanout").
-        self._fanout_client: FanOutClient | None = None
-        if lease_taker is None:
-            lease_taker = (
-                Kcl2LeaseTaker()
-                if self.config.lease_taker is LeaseTakerKind.KCL2
-                else BalancedLeaseTaker()
-            )
+        lease_taker: LeaseTaker = (
+            Kcl2LeaseTaker()
+            if self.config.lease_taker is LeaseTakerKind.KCL2
+            else BalancedLeaseTaker()
+        )
         self._spec = WorkerSpec(
             config=self.config,
             worker_id=self.worker_id,
@@ -179,12 +178,8 @@ class Consumer:
             rng=rng if rng is not None else random.Random(),
             metrics=self.metrics,
         )
-        self._coordinator_state = coordinator_state
-        self._worker_registry = worker_registry
+        #: Overrides the backend's clock for registry entries (a simulation's virtual clock).
         self._wall_clock = wall_clock
-        #: Where this worker's CPU utilisation comes from (None: detected with a DynamoDB
-        #: table, none with injected stores).
-        self._cpu_reader = cpu_reader
         self._stop_requested = asyncio.Event()
         self._started = asyncio.Event()
         self._background: asyncio.Task[None] | None = None
@@ -266,100 +261,34 @@ class Consumer:
         """Consume until ``stop()``. Raises the error that stopped it, if any."""
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(log_context(worker=self.worker_id))
-            session = (
-                self._client_options.new_session()
-                if self._store is None or self._stream_client is None
-                else None
-            )
-            legacy_cleanup: Callable[[], Awaitable[list[str]]] | None = None
-            cpu_reader: CpuReader | None = self._cpu_reader
-            if self._store is None:
-                from kclasync._adapters.dynamodb import DynamoLeaseStore
-
-                ddb = await stack.enter_async_context(
-                    self._client_options.create_client("dynamodb", session)
-                )
-                self._store = DynamoLeaseStore(ddb, self._table_name)
-                if self._coordinator_state is None:
-                    from kclasync._adapters.coordinator_state import (
-                        DynamoCoordinatorState,
-                        coordinator_table_name,
-                    )
-
-                    self._coordinator_state = DynamoCoordinatorState(
-                        ddb, coordinator_table_name(self._table_name)
-                    )
-                if self._worker_registry is None:
-                    from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
-                    from kclasync._adapters.worker_registry import worker_metrics_table_name
-
-                    self._worker_registry = DynamoWorkerMetrics(
-                        ddb, worker_metrics_table_name(self._table_name)
-                    )
-                legacy_cleanup = self._legacy_cleanup(ddb, self._table_name)
-                wall_clock = self._wall_clock or time.time
-                from kclasync._adapters.cpu_metrics import detect_cpu_reader
-
-                if cpu_reader is None:
-                    cpu_reader = detect_cpu_reader(asyncio.get_running_loop().time)
-            else:
-                # Injected (in-memory) stores live on the event loop's clock, virtual or not.
-                wall_clock = self._wall_clock or asyncio.get_running_loop().time
-            if self._coordinator_state is None:
-                # An injected lease store without a lock store: this worker leads on its own
-                # (every such worker runs the leader's duties, which are safe to run twice).
-                from kclasync._adapters.memory import MemoryCoordinatorState
-
-                self._coordinator_state = MemoryCoordinatorState()
-            if self._worker_registry is None:
-                # The registry that goes with an in-memory table is shared by its workers.
-                from kclasync._adapters.memory import MemoryLeaseStore
-                from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
-
-                store = self._store
-                self._worker_registry = (
-                    store.worker_registry()
-                    if isinstance(store, MemoryLeaseStore)
-                    else MemoryWorkerMetrics()
-                )
-            if self._stream_client is None:
-                from kclasync._adapters.fanout import FanOutClient
-                from kclasync._adapters.kinesis import KinesisStreamClient
-
-                kin = await stack.enter_async_context(
-                    self._client_options.create_client("kinesis", session)
-                )
-                self._stream_client = KinesisStreamClient(kin)
-                self._fanout_client = FanOutClient(kin)
-            self._worker = Worker(
-                self._spec,
-                store=self._store,
-                stream_client=self._stream_client,
-                locks=self._coordinator_state,
-                stop_requested=self._stop_requested,
-                started=self._started,
-                registry=self._worker_registry,
-                wall_clock=wall_clock,
-                legacy_cleanup=legacy_cleanup,
-                cpu_reader=cpu_reader,
-                fanout=self._fanout_client,
+            adapters = await self._backend._connect(stack, self._table_name)
+            if self._wall_clock is not None:
+                adapters = attrs.evolve(adapters, wall_clock=self._wall_clock)
+            self._worker = build_worker(
+                self._spec, adapters, stop_requested=self._stop_requested, started=self._started
             )
             await self._worker.run()
-
-    @staticmethod
-    def _legacy_cleanup(ddb: Any, table: str) -> Callable[[], Awaitable[list[str]]]:
-        async def cleanup() -> list[str]:
-            from kclasync._adapters.worker_metrics_table import remove_legacy_registry_items
-
-            return await remove_legacy_registry_items(ddb, table)
-
-        return cleanup
 
     # -- for tests and tools (not public) ------------------------------------------------
 
     @property
+    def _running(self) -> bool:
+        """Whether ``run()`` has built its worker."""
+        return self._worker is not None
+
+    @property
     def _coordinator(self) -> LeaseCoordinator | None:
         return self._worker.coordinator if self._worker is not None else None
+
+    @property
+    def _store(self) -> object:
+        """The backend's lease store (under the worker's retry wrapper), while running."""
+        return self._worker.store.inner if self._worker is not None else None
+
+    @property
+    def _stream_client(self) -> object:
+        """The backend's stream client (under the worker's retry wrapper), while running."""
+        return self._worker.stream_client.inner if self._worker is not None else None
 
     @property
     def _elector(self) -> LeaderElector | None:
@@ -376,10 +305,17 @@ class Consumer:
         values = (sync.syncs, duties.shard_syncs, duties.leases_deleted, duties.audit_syncs)
         return dict(zip(_COUNTERS, (*values, sync.stream_leases_dropped), strict=True))
 
+    def _use_taker(self, taker: LeaseTaker) -> None:
+        """Plan takes with ``taker`` instead of the configured one (the simulation's)."""
+        self._spec = attrs.evolve(self._spec, taker=taker)
+
     async def _sync_shards(self) -> int:
         """One full shard sync, running or not (tests prepare tables with it)."""
         if self._worker is not None:
             return await self._worker.shard_sync.sync_shards()
-        assert self._store is not None and self._stream_client is not None
-        sync = shard_sync_for(self._spec, self._store, self._stream_client, None, lambda: None)
-        return await sync.sync_shards()
+        async with contextlib.AsyncExitStack() as stack:
+            adapters = await self._backend._connect(stack, self._table_name)
+            sync = shard_sync_for(
+                self._spec, adapters.store, adapters.stream_client, None, lambda: None
+            )
+            return await sync.sync_shards()

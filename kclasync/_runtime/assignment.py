@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import logging
 import random
-from typing import TYPE_CHECKING
 
 from kclasync._adapters.protocols import LeaseScan, LeaseStore
 from kclasync._adapters.worker_registry import WorkerRegistry
@@ -38,19 +37,16 @@ from kclasync._core.assignment_decisions import (
     worker_loads,
 )
 from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.held_lease import HeldState
+from kclasync._core.held_lease import HeldLease, HeldState
 from kclasync._core.kcl3_decider import Kcl3Settings, is_balancing_run, plan_kcl3
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.lease_cleanup import ready_for_deletion
 from kclasync._core.load_assignment import FleetSnapshot, Plan
 from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
 from kclasync._core.worker_metrics import WorkerMetrics
-from kclasync._runtime.held import HeldLease
+from kclasync._runtime.leader import LeaderElector
+from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync.errors import AdapterError
-
-if TYPE_CHECKING:
-    from kclasync._runtime.leader import LeaderElector
-    from kclasync._runtime.lease_coordinator import LeaseCoordinator
 
 log = logging.getLogger("kclasync.assignment")
 
@@ -265,16 +261,7 @@ class AssignmentDiscovery:
             # before that checkpoint. Watch the lease instead until it lets go.
             if lease.key in holder.held:
                 return False
-            held = HeldLease(
-                lease=lease,
-                renewed_at=sent,
-                state=HeldState.INCOMING,
-                since=sent,
-                watch_only=True,
-                progress_at=sent,
-            )
-            holder.held[lease.key] = held
-            holder.update_gauge()
+            holder.held.add(HeldLease.incoming(lease, sent, watch_only=True), counted_as=None)
             log.info(
                 "worker %s takes over lease %s once %s (another implementation) has "
                 "checkpointed; not writing it until then",
@@ -293,9 +280,7 @@ class AssignmentDiscovery:
                 return False
             if renewed is None or lease.key in holder.held:
                 return False
-            held = HeldLease(lease=renewed, renewed_at=sent, state=HeldState.INCOMING, since=sent)
-            holder.held[lease.key] = held
-            holder.update_gauge()
+            holder.held.add(HeldLease.incoming(renewed, sent), counted_as=None)
             log.info(
                 "worker %s takes over lease %s once %s has checkpointed",
                 holder.worker_id,

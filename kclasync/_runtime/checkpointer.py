@@ -8,7 +8,7 @@ racing a ``persist=True`` checkpoint cannot undo it. A crash loses at most the p
 since the last write: those records are processed again (at-least-once, as always).
 
 Owns: validating positions (``kclasync._core.checkpoint_rules``), the buffer, and the order of
-writes. Must not: decide lease ownership (the coordinator fences every write).
+writes. Must not: decide lease ownership (``HeldLeases`` fences every write).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import logging
 from collections.abc import Callable
 
 from kclasync._core.checkpoint_rules import validate_checkpoint
+from kclasync._core.held_lease import HeldLease
 from kclasync._core.position import SHARD_END, Checkpoint
-from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
+from kclasync._runtime.held import HeldLeases
 from kclasync.errors import AdapterError, InvalidCheckpointError, LeaseLostError
 
 log = logging.getLogger("kclasync.shard")
@@ -33,10 +34,8 @@ def _not_after(target: Checkpoint, current: Checkpoint) -> bool:
 class ShardCheckpointer:
     """The ``Checkpointer`` handed to a shard's processor."""
 
-    def __init__(
-        self, coordinator: LeaseCoordinator, held: HeldLease, on_write: Callable[[], None]
-    ):
-        self._coordinator = coordinator
+    def __init__(self, leases: HeldLeases, held: HeldLease, on_write: Callable[[], None]):
+        self._leases = leases
         self._key = held.key
         self._shard_id = held.lease.shard_id
         self._last_checkpoint = held.lease.checkpoint
@@ -82,7 +81,7 @@ class ShardCheckpointer:
         async with self._write_lock:
             if target == self._last_checkpoint or _not_after(target, self._last_checkpoint):
                 return
-            written = await self._coordinator.checkpoint(self._key, target)
+            written = await self._leases.checkpoint(self._key, target)
             self._last_checkpoint = written.checkpoint
             self.writes += 1
             self._on_write()
@@ -140,7 +139,7 @@ class ShardCheckpointer:
             shard_end_reached=self.shard_end_reached,
         )
         async with self._write_lock:
-            written = await self._coordinator.checkpoint(self._key, SHARD_END)
+            written = await self._leases.checkpoint(self._key, SHARD_END)
             self._last_checkpoint = written.checkpoint
             self.writes += 1
             self._on_write()
@@ -155,4 +154,4 @@ class ShardCheckpointer:
             last_delivered=self.last_delivered_position,
             shard_end_reached=self.shard_end_reached,
         )
-        await self._coordinator.checkpoint(self._key, self._last_checkpoint, pending=target)
+        await self._leases.checkpoint(self._key, self._last_checkpoint, pending=target)

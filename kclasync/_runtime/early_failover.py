@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.worker_silence import (
@@ -44,10 +43,8 @@ from kclasync._core.worker_silence import (
     watch_heartbeats,
     worth_following,
 )
+from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync.errors import AdapterError
-
-if TYPE_CHECKING:
-    from kclasync._runtime.lease_coordinator import LeaseCoordinator
 
 log = logging.getLogger("kclasync.leases")
 

@@ -4,8 +4,9 @@ Owns: what the last scan showed (lease expiry as this worker observes it, the li
 the worker registry, corrupt and unknown-Sticky reports), the exclusion of leases whose pipeline
 failed, and applying the planner's takes and steals (a steal is a graceful handoff when enabled).
 What to take is the pluggable planner's decision (``kclasync._core.lease_taker`` and
-``balanced_taker``); holding what was taken is the coordinator's job.
-Must not: renew or checkpoint, or read any clock but the coordinator's.
+``balanced_taker``); what was taken is held in the ``HeldLeases`` it is given.
+Must not: import the lease coordinator or its other helpers, renew or checkpoint, or read any
+clock but the held leases' (the event loop).
 """
 
 from __future__ import annotations
@@ -14,20 +15,17 @@ import asyncio
 import contextlib
 import logging
 import random
-from typing import TYPE_CHECKING
 
 import attrs
 
 from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.held_lease import HeldState
+from kclasync._core.held_lease import HeldLease
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView, replan_at_once
 from kclasync._core.startup import first_round_delay
-from kclasync._runtime.held import HeldLease
+from kclasync._runtime.held import HeldLeases
+from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync.errors import AdapterError
-
-if TYPE_CHECKING:
-    from kclasync._runtime.lease_coordinator import LeaseCoordinator
 
 log = logging.getLogger("kclasync.leases")
 
@@ -35,7 +33,8 @@ log = logging.getLogger("kclasync.leases")
 class LeaseTaking:
     def __init__(
         self,
-        holder: LeaseCoordinator,
+        held: HeldLeases,
+        presence: WorkerPresence,
         *,
         taker: LeaseTaker,
         interval: float,
@@ -44,16 +43,17 @@ class LeaseTaking:
         rng: random.Random,
         graceful_handoff: bool,
     ) -> None:
-        self._holder = holder
+        self.held = held
+        self.presence = presence
         self.taker = taker
         self.interval = interval
         self.max_leases_for_worker = max_leases_for_worker
         self.max_leases_to_steal = max_leases_to_steal
         self.rng = rng
         self.graceful_handoff = graceful_handoff
-        self.expiry = ExpiryTracker(holder.failover_time)
+        self.expiry = ExpiryTracker(held.failover_time)
         #: Workers judged live at the last scan (registry ``lut`` changes), this one included.
-        self.live_workers: frozenset[str] = frozenset({holder.worker_id})
+        self.live_workers: frozenset[str] = frozenset({held.worker_id})
         #: Taking rounds completed (for tests, benchmarks and the demo) ...
         self.rounds = 0
         #: Scans made again at once within a round, after planned moves lost their writes.
@@ -75,13 +75,13 @@ class LeaseTaking:
 
     def exclude(self, key: str, seconds: float) -> None:
         """Do not take ``key`` again for ``seconds`` (a shard whose pipeline failed)."""
-        self.excluded[key] = self._holder.now() + seconds
+        self.excluded[key] = self.held.now() + seconds
 
     def is_excluded(self, key: str) -> bool:
         return key in self.excluded
 
     def _report_corrupt(self, corrupt: tuple[CorruptLeaseError, ...]) -> None:
-        self._holder.metrics.corrupt_leases.labels(*self._holder.labels).set(len(corrupt))
+        self.held.metrics.corrupt_leases.labels(*self.held.labels).set(len(corrupt))
         keys = {exc.lease_key for exc in corrupt}
         for exc in corrupt:
             if exc.lease_key not in self._reported_corrupt:
@@ -106,16 +106,16 @@ class LeaseTaking:
         """Scan the table once, plan and apply takes. Returns what was actually acquired;
         ``lost_writes`` counts the planned moves another worker made first."""
         self.lost_writes = 0
-        sent = self._holder.now()
-        scan = await self._holder.store.list_leases()
-        now = self._holder.now()
+        sent = self.held.now()
+        scan = await self.held.store.list_leases()
+        now = self.held.now()
         self.last_scan_sent = sent
         self._report_corrupt(scan.corrupt)
         self._report_sticky(scan.leases)
         self.last_scan = scan.leases
         self.expiry.observe(scan.leases, now)
         try:
-            self.live_workers = await self._holder.presence.live_workers(now)
+            self.live_workers = await self.presence.live_workers(now)
         except AdapterError as exc:
             log.info("reading the worker registry failed (keeping the last view): %s", exc)
         if not self.enabled:
@@ -129,12 +129,12 @@ class LeaseTaking:
         for lease in scan.leases:
             if lease.key in self.excluded:
                 continue
-            if lease.owner == self._holder.worker_id and lease.key not in self._holder.held:
+            if lease.owner == self.held.worker_id and lease.key not in self.held:
                 candidates.append(attrs.evolve(lease, owner=None))
             else:
                 candidates.append(lease)
         view = TakeView(
-            worker_id=self._holder.worker_id,
+            worker_id=self.held.worker_id,
             leases=candidates,
             now=now,
             expiry=self.expiry,
@@ -163,57 +163,45 @@ class LeaseTaking:
         return await self._take(lease, stolen=False) is not None
 
     async def _take(self, lease: Lease, *, stolen: bool) -> Lease | None:
-        if lease.key in self._holder.held:
+        if lease.key in self.held:
             return None
-        sent = self._holder.now()
+        sent = self.held.now()
         try:
-            taken = await self._holder.store.take_lease(lease, self._holder.worker_id)
+            taken = await self.held.store.take_lease(lease, self.held.worker_id)
         except (AdapterError, CorruptLeaseError) as exc:
             log.info("taking %s failed: %s", lease.key, exc)
             return None
         if taken is None:
             self.lost_writes += 1
             return None  # someone else was faster; normal
-        held = HeldLease(lease=taken, renewed_at=sent)
-        self._holder.held[taken.key] = held
-        (self._holder.metrics.steals if stolen else self._holder.metrics.takes).labels(
-            *self._holder.labels
-        ).inc()
-        self._holder.update_gauge()
         log.info(
             "worker %s %s lease %s%s",
-            self._holder.worker_id,
+            self.held.worker_id,
             "stole" if stolen else "took",
             taken.key,
             f" from {lease.owner}" if stolen and lease.owner else "",
         )
-        self._holder.listener.lease_acquired(held)
+        self.held.add(HeldLease.taken(taken, sent), counted_as="steal" if stolen else "take")
         return taken
 
     async def _steal(self, lease: Lease) -> Lease | None:
         """A planned move. With graceful handoff the old owner finishes and checkpoints first."""
         if not self.graceful_handoff or lease.owner is None:
             return await self._take(lease, stolen=True)
-        if lease.key in self._holder.held:
+        if lease.key in self.held:
             return None
-        sent = self._holder.now()
+        sent = self.held.now()
         try:
-            started = await self._holder.store.start_handoff(lease, self._holder.worker_id)
+            started = await self.held.store.start_handoff(lease, self.held.worker_id)
         except (AdapterError, CorruptLeaseError) as exc:
             log.info("starting the handoff of %s failed: %s", lease.key, exc)
             return None
         if started is None:
             self.lost_writes += 1
             return None
-        held = HeldLease(lease=started, renewed_at=sent, state=HeldState.INCOMING, since=sent)
-        self._holder.held[started.key] = held
-        self._holder.metrics.steals.labels(*self._holder.labels).inc()
-        self._holder.update_gauge()
+        self.held.add(HeldLease.incoming(started, sent), counted_as="steal")
         log.info(
-            "worker %s asked %s to hand over lease %s",
-            self._holder.worker_id,
-            lease.owner,
-            lease.key,
+            "worker %s asked %s to hand over lease %s", self.held.worker_id, lease.owner, lease.key
         )
         return started
 
@@ -223,7 +211,7 @@ class LeaseTaking:
         started together see each other and the first round already spreads the leases evenly
         (``kclasync._core.startup``). A lone worker takes at once."""
         if first_delay > 0:
-            presence = self._holder.presence
+            presence = self.presence
             await presence.report()
             try:
                 registered: list[str] = [
@@ -232,12 +220,12 @@ class LeaseTaking:
             except AdapterError as exc:
                 log.info("reading the worker registry failed: %s", exc)
                 registered = ["?"]
-            delay = first_round_delay(self._holder.worker_id, registered, first_delay)
+            delay = first_round_delay(self.held.worker_id, registered, first_delay)
             if delay > 0:
                 await asyncio.sleep(delay)
         cause = "startup"
         while True:
-            started = self._holder.now()
+            started = self.held.now()
             try:
                 await self.take_round()
                 replans = 0
@@ -249,7 +237,7 @@ class LeaseTaking:
                 log.warning("lease taking round failed: %s", exc)
             self.rounds += 1
             self.round_causes[cause] += 1
-            delay = max(0.0, self.interval - (self._holder.now() - started))
+            delay = max(0.0, self.interval - (self.held.now() - started))
             cause = "periodic"
             if wake is None:
                 await asyncio.sleep(delay)

@@ -25,6 +25,7 @@ from kclasync._adapters.protocols import (
     StreamClient,
 )
 from kclasync._config import ConsumerConfig
+from kclasync._core.held_lease import HeldLease
 from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
 from kclasync._core.lease import CorruptLeaseError
 from kclasync._core.position import Checkpoint, InitialPositionKind, Sentinel
@@ -33,7 +34,7 @@ from kclasync._processor import RecordProcessor, ShardInfo
 from kclasync._records import Record
 from kclasync._runtime.checkpointer import ShardCheckpointer
 from kclasync._runtime.fanout_streams import FanOutConsumers
-from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
+from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.shard_cursor import ShardCursor
 from kclasync.errors import (
@@ -91,7 +92,7 @@ class ShardConsumer:
         held: HeldLease,
         stream: str,
         stream_client: StreamClient,
-        coordinator: LeaseCoordinator,
+        leases: HeldLeases,
         processor: RecordProcessor,
         config: ConsumerConfig,
         metrics: ConsumerMetrics,
@@ -107,7 +108,7 @@ class ShardConsumer:
         self.stream = stream
         self.shard_id = held.lease.shard_id
         self.client = stream_client
-        self.coordinator = coordinator
+        self.leases = leases
         self.processor = processor
         self.config = config
         self.metrics = metrics
@@ -123,7 +124,7 @@ class ShardConsumer:
         self._queue: asyncio.Queue[_Batch | _End] = asyncio.Queue(config.max_queued_batches)
         self._shutdown = asyncio.Event()
         self.checkpointer = ShardCheckpointer(
-            coordinator, held, lambda: metrics.checkpoints.labels(*labels4).inc()
+            leases, held, lambda: metrics.checkpoints.labels(*labels4).inc()
         )
         self._flush_interval = config.checkpoint_interval
         self.initialized = False
@@ -194,7 +195,7 @@ class ShardConsumer:
         # After a stall (a long GC pause, a blocked loop) batches may be queued for a lease this
         # worker has not renewed within the failover time; another worker may own it by now, so
         # none of them may start (found by the simulation: seed 1, see docs/simulation.md).
-        self.coordinator.ensure_held(self.held)
+        self.leases.ensure_held(self.held)
         records = batch.records
         last = records[-1]
         self.checkpointer.last_delivered_position = Checkpoint(
@@ -262,7 +263,7 @@ class ShardConsumer:
         to the end again, retries). Raises ``LeaseLostError`` once the lease is lost."""
         delay = self.config.throttle_backoff
         while True:
-            self.coordinator.ensure_held(self.held)
+            self.leases.ensure_held(self.held)
             try:
                 children = await self._create_children(self.held, reported)
             except (AdapterError, CorruptLeaseError) as exc:

@@ -1,11 +1,11 @@
 """The shard supervisor: one pipeline per held lease, and what happens when one ends.
 
-Owns: starting a ``ShardConsumer`` when the coordinator says a lease is ours (in the consumer's
+Owns: starting a ``ShardConsumer`` when the held leases say a lease is ours (in the consumer's
 pipeline task group), the wait for parent shards, the child leases created before a SHARD_END
 checkpoint and the ``childShardIds`` written after it, the one route by which a lost lease stops
 its pipeline and reaches ``processor.lease_lost()``, the processor-failure policy, and draining
 every pipeline at shutdown.
-Must not: decide lease ownership or what a refused write means (``lease_coordinator`` applies
+Must not: decide lease ownership or what a refused write means (``held.HeldLeases`` applies
 ``kclasync._core.held_lease``), or which child leases to create (``kclasync._core.shard_end``).
 """
 
@@ -19,6 +19,7 @@ import attrs
 
 from kclasync._adapters.protocols import ChildShard, LeaseStore, StreamClient
 from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
+from kclasync._core.held_lease import HeldLease
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.shard_end import (
     ChildLeasePlan,
@@ -27,7 +28,7 @@ from kclasync._core.shard_end import (
 )
 from kclasync._processor import ProcessorFactory, RecordProcessor
 from kclasync._runtime.fanout_streams import FanOutConsumers
-from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
+from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.shard_consumer import ShardConsumer, ShardOutcome
 from kclasync.errors import AdapterError, LeaseLostError, ProcessorFailedError
@@ -51,13 +52,14 @@ class _ShardRun:
 
 
 class ShardSupervisor:
-    """The coordinator's ``LeaseListener``: runs and stops the pipelines of held leases."""
+    """The held leases' ``LeaseListener``: runs and stops the pipelines of held leases."""
 
     def __init__(
         self,
         *,
         config: ConsumerConfig,
-        coordinator: LeaseCoordinator,
+        leases: HeldLeases,
+        exclude: Callable[[str, float], None],
         store: LeaseStore,
         stream_client: StreamClient,
         factory: ProcessorFactory,
@@ -69,7 +71,9 @@ class ShardSupervisor:
         fanout: FanOutConsumers | None = None,
     ) -> None:
         self.config = config
-        self.coordinator = coordinator
+        self.leases = leases
+        #: Do not take a lease again for some seconds (its pipeline failed).
+        self._exclude = exclude
         self.store = store
         self.client = stream_client
         self._factory = factory
@@ -98,7 +102,7 @@ class ShardSupervisor:
     async def _release(self, key: str) -> bool:
         """Release ``key``; an unexpected error is logged, not let loose in the task group."""
         try:
-            return await self.coordinator.release(key)
+            return await self.leases.release(key)
         except Exception:
             log.exception("releasing lease %s failed (it will expire)", key)
             return False
@@ -121,7 +125,7 @@ class ShardSupervisor:
             held=held,
             stream=stream,
             stream_client=self.client,
-            coordinator=self.coordinator,
+            leases=self.leases,
             processor=processor,
             config=self.config,
             metrics=self._metrics,
@@ -143,7 +147,7 @@ class ShardSupervisor:
             self._spawn_release(held.key)
 
     def lease_lost(self, held: HeldLease, reason: str) -> None:
-        """The one route for a lost lease: the coordinator calls this whenever it drops one.
+        """The one route for a lost lease: ``HeldLeases`` calls this whenever it drops one.
 
         The pipeline is cancelled at once, unless the loss was found by the pipeline itself
         (a refused checkpoint, a stale lease before a batch): then ``LeaseLostError`` is
@@ -175,7 +179,7 @@ class ShardSupervisor:
             if self.config.processor_error_policy is ProcessorErrorPolicy.FAIL:
                 self._on_failure(exc)
             else:
-                self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
+                self._exclude(key, self.config.failed_shard_backoff)
             return
         except AdapterError as exc:
             # An I/O call failed after its retry budget: not a bug, so one line, no stack
@@ -186,7 +190,7 @@ class ShardSupervisor:
         except Exception:
             log.exception("shard %s stopped with an error; releasing its lease", key)
             await self._release(key)
-            self.coordinator.taking.exclude(key, self.config.failed_shard_backoff)
+            self._exclude(key, self.config.failed_shard_backoff)
             return
         finally:
             if self._runs.get(key) is run:
@@ -220,8 +224,7 @@ class ShardSupervisor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         # Whatever is still held (pipelines that never started) is released too.
-        coordinator = self.coordinator
-        await asyncio.gather(*(self._release(key) for key in list(coordinator.held)))
+        await asyncio.gather(*(self._release(key) for key in list(self.leases)))
         await asyncio.gather(*self._releases, return_exceptions=True)
 
     # -- parents and children --------------------------------------------------------------
@@ -318,6 +321,6 @@ class ShardSupervisor:
         if not children or held.lease.child_shard_ids == children:
             return
         try:
-            await self.coordinator.write_child_shard_ids(held.key, children)
+            await self.leases.write_child_shard_ids(held.key, children)
         except (AdapterError, CorruptLeaseError) as exc:
             log.warning("could not write the childShardIds of %s: %s", held.key, exc)

@@ -1,73 +1,124 @@
 """One worker's task tree: its parts run in two task groups, and stopped in order.
 
-Owns: running the loops (renewer, heartbeats, taker or the leader-based assignment, leader lock,
-leader duties) in one task group and the shard pipelines in another, turning a loop's failure
-into a graceful stop whose error ``run()`` raises, and the order of a graceful stop: taking
-stops, leadership is given up, pipelines drain and checkpoint, leases are released, renewals
-stop, the worker leaves the registry (``<app>-WorkerMetricStats``).
-Must not: build the parts (``worker_parts``), run the start-up steps (``worker_startup``), do
-any part's job itself, make protocol decisions, or create AWS clients (``Consumer``).
+Owns: ``WorkerSpec`` (what a ``Consumer`` was built with), ``WorkerParts`` (what a worker runs,
+built by ``wiring``), running the loops (renewer, heartbeats, taker or the leader-based
+assignment, leader lock, leader duties) in one task group and the shard pipelines in another,
+turning a loop's failure into a graceful stop whose error ``run()`` raises (``WorkerStop``), and
+the order of a graceful stop: taking stops, leadership is given up, pipelines drain and
+checkpoint, leases are released, renewals stop, the worker leaves the registry
+(``<app>-WorkerMetricStats``).
+Must not: build the parts (``wiring``), run the start-up steps (``worker_startup``), do any
+part's job itself, make protocol decisions, or create AWS clients (the backend does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+import random
+from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
 
-from kclasync._adapters.cpu_metrics import CpuReader
-from kclasync._adapters.fanout import FanOutClient
-from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
+import attrs
+
 from kclasync._adapters.worker_registry import WorkerRegistry
-from kclasync._config import LeaseTakerKind
+from kclasync._config import ConsumerConfig, LeaseTakerKind
+from kclasync._core.lease_taker import LeaseTaker
 from kclasync._core.startup import settle_time
-from kclasync._runtime.worker_parts import WorkerSpec, build_parts
+from kclasync._processor import ProcessorFactory
+from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment
+from kclasync._runtime.early_failover import EarlyFailover
+from kclasync._runtime.fanout_streams import FanOutConsumers
+from kclasync._runtime.held import HeldLeases
+from kclasync._runtime.leader import LeaderElector
+from kclasync._runtime.leader_duties import LeaderDuties
+from kclasync._runtime.lease_coordinator import LeaseCoordinator
+from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.retrying import (
+    Retrier,
+    RetryingCoordinatorState,
+    RetryingLeaseStore,
+    RetryingStreamClient,
+)
+from kclasync._runtime.shard_supervisor import ShardSupervisor
+from kclasync._runtime.shard_sync import ShardSync, StreamList
 from kclasync._runtime.worker_startup import WorkerStartup
 
 log = logging.getLogger("kclasync._consumer")
 
 
-class Worker:
-    def __init__(
-        self,
-        spec: WorkerSpec,
-        *,
-        store: LeaseStore,
-        stream_client: StreamClient,
-        locks: CoordinatorStateStore,
-        stop_requested: asyncio.Event,
-        started: asyncio.Event,
-        registry: WorkerRegistry,
-        wall_clock: Callable[[], float],
-        legacy_cleanup: Callable[[], Awaitable[list[str]]] | None = None,
-        cpu_reader: CpuReader | None = None,
-        fanout: FanOutClient | None = None,
-    ) -> None:
-        self.spec = spec
-        self._stop_requested = stop_requested
-        self._started = started
-        self._taker_wake = asyncio.Event()
+@attrs.frozen
+class WorkerSpec:
+    """What a ``Consumer`` was built with, as its worker needs it."""
+
+    config: ConsumerConfig
+    worker_id: str
+    application: str
+    streams: StreamList
+    multi_stream: bool
+    factory: ProcessorFactory
+    taker: LeaseTaker
+    rng: random.Random
+    metrics: ConsumerMetrics
+
+
+class WorkerStop:
+    """How a worker is asked to stop, and the error that stopped it."""
+
+    def __init__(self, requested: asyncio.Event) -> None:
+        self.requested = requested
         #: The error that stopped the worker (``run()`` raises it after the graceful stop).
         self.failure: BaseException | None = None
-        parts = build_parts(
-            spec,
-            store=store,
-            stream_client=stream_client,
-            locks=locks,
-            registry=registry,
-            wall_clock=wall_clock,
-            cpu_reader=cpu_reader,
-            fanout=fanout,
-            wake_taker=self._taker_wake.set,
-            on_failure=self.fail,
-        )
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop gracefully because of ``exc``; ``run()`` raises it at the end."""
+        self.failure = self.failure or exc
+        self.requested.set()
+
+
+@attrs.frozen
+class WorkerParts:
+    """The parts of one worker, on adapters wrapped in its retry policy table."""
+
+    retrier: Retrier
+    store: RetryingLeaseStore
+    stream_client: RetryingStreamClient
+    locks: RetryingCoordinatorState
+    registry: WorkerRegistry
+    coordinator: LeaseCoordinator
+    #: Heartbeats and the following of silent workers (``early_failover``), else None.
+    early_failover: EarlyFailover | None
+    elector: LeaderElector
+    shard_sync: ShardSync
+    duties: LeaderDuties
+    #: The stream consumers shards are read through (retrieval="fanout"), else None.
+    fanout: FanOutConsumers | None
+    supervisor: ShardSupervisor
+    #: Leader-based modes (``kcl3``, ``load``): the leader's loop and this worker's discovery.
+    assignment: LeaderAssignment | None
+    discovery: AssignmentDiscovery | None
+    startup: WorkerStartup
+    #: Set to start a taking round early (new leases, a worker joined).
+    taker_wake: asyncio.Event
+
+
+class Worker:
+    def __init__(
+        self, spec: WorkerSpec, parts: WorkerParts, *, stop: WorkerStop, started: asyncio.Event
+    ) -> None:
+        self.spec = spec
+        self._stop = stop
+        self._stop_requested = stop.requested
+        self._started = started
+        self._taker_wake = parts.taker_wake
         self.retrier = parts.retrier
         self.store = parts.store
+        self.stream_client = parts.stream_client
         self.locks = parts.locks
         self.registry = parts.registry
         self.coordinator = parts.coordinator
+        self.held: HeldLeases = parts.coordinator.held
         self.early_failover = parts.early_failover
         self.elector = parts.elector
         self.shard_sync = parts.shard_sync
@@ -76,19 +127,16 @@ class Worker:
         self.supervisor = parts.supervisor
         self.assignment = parts.assignment
         self.discovery = parts.discovery
-        self._startup = WorkerStartup(
-            spec.config,
-            store=parts.store,
-            locks=parts.locks,
-            registry=parts.registry,
-            shard_sync=parts.shard_sync,
-            legacy_cleanup=legacy_cleanup,
-        )
+        self._startup = parts.startup
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the worker (``run()`` raises it after the graceful stop)."""
+        return self._stop.failure
 
     def fail(self, exc: BaseException) -> None:
         """Stop gracefully because of ``exc``; ``run()`` raises it at the end."""
-        self.failure = self.failure or exc
-        self._stop_requested.set()
+        self._stop.fail(exc)
 
     async def _watched(self, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """A loop of the task tree: if it ends or fails, the worker stops gracefully.
@@ -111,7 +159,7 @@ class Worker:
             self.supervisor.attach(pipelines)
             async with asyncio.TaskGroup() as loops:
                 renewer = [
-                    loops.create_task(self._watched(coordinator.renewer_loop), name="renewer")
+                    loops.create_task(self._watched(coordinator.renewals.loop), name="renewer")
                 ]
                 if self.early_failover is not None:
                     # Heartbeats go on while the pipelines drain, as renewals do.

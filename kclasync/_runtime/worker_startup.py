@@ -7,7 +7,7 @@ long between them: ``kclasync._core.retry_policy``), the one-time removal of reg
 older kclasync wrote into the lease table, and the reading (never the writing) of the Java
 KCL's migration state, to say whether this worker's lease taking fits a Java fleet sharing the
 table.
-Must not: start the worker's loops or pipelines (``worker``), build its parts (``worker_parts``),
+Must not: start the worker's loops or pipelines (``worker``), build its parts (``wiring``),
 or decide anything about the protocol (``kclasync._core.client_version`` says what the
 migration state means).
 """

@@ -22,6 +22,7 @@ import orjson
 
 from kclasync import Consumer, ConsumerConfig
 from kclasync._records import Record
+from kclasync._runtime.worker import Worker
 from kclasync.testing.emulators import LocalAws
 
 
@@ -74,6 +75,11 @@ async def _main(args: argparse.Namespace) -> None:
             stats.cancel()
 
 
+def _inner(worker: Worker | None, part: str) -> object:
+    """The backend's adapter under one of the worker's retry wrappers (None before it runs)."""
+    return getattr(getattr(worker, part, None), "inner", None)
+
+
 async def _write_stats(consumer: Consumer, path: str) -> None:
     """Every half second, replace ``path`` with this process's table calls so far (JSON), for
     the failover benchmark's read counts; a SIGKILL loses at most the last half second."""
@@ -85,8 +91,8 @@ async def _write_stats(consumer: Consumer, path: str) -> None:
         early = worker.early_failover if worker is not None else None
         figures = {
             "seconds": loop.time() - started,
-            "lease_table": dict(getattr(consumer._store, "calls", {})),
-            "registry": dict(getattr(consumer._worker_registry, "calls", {})),
+            "lease_table": dict(getattr(_inner(worker, "store"), "calls", {})),
+            "registry": dict(getattr(_inner(worker, "registry"), "calls", {})),
             "taker_rounds": worker.coordinator.taking.rounds if worker is not None else 0,
             "index_items": early.index_reads if early is not None else 0,
             "early_reads": early.lease_reads if early is not None else 0,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.memory import (
     FaultPlan,
@@ -86,13 +87,17 @@ class Fleet:
             processor=worker.make_processor,
             config=s.consumer_config(name),
             registry=self.registry,
-            lease_store=SimLeaseStore(self.table, self.store_plan, worker),
-            stream_client=SimStreamClient(self.stream, self.stream_plan, worker),
-            lease_taker=self.taker,
-            coordinator_state=self.locks.shared(),
+            backend=AdapterBackend(
+                SimLeaseStore(self.table, self.store_plan, worker),
+                SimStreamClient(self.stream, self.stream_plan, worker),
+                locks=self.locks.shared(),
+                cpu_reader=(
+                    self.cpu_reader_for(worker) if self.cpu_reader_for is not None else None
+                ),
+            ),
             rng=random.Random(self.rng_workers.getrandbits(64)),
-            cpu_reader=self.cpu_reader_for(worker) if self.cpu_reader_for is not None else None,
         )
+        worker.consumer._use_taker(self.taker)
         self.workers.append(worker)
         worker.task = asyncio.create_task(self._run_worker(worker), name=f"worker {name}")
         return worker

@@ -9,6 +9,7 @@ from kclasync._core.held_lease import (
     TRANSITIONS,
     Event,
     FailedWrite,
+    HeldLease,
     HeldLeaseError,
     HeldState,
     IncomingStep,
@@ -203,3 +204,52 @@ def test_an_accepted_write_whose_item_names_another_owner_is_acted_on() -> None:
     incoming = attrs.evolve(mine, checkpoint_owner="z")
     assert check_accepted_write(me="a", state=HeldState.INCOMING, written=incoming) is None
     assert check_accepted_write(me="a", state=HeldState.OUTGOING, written=asked) is None
+
+
+# -- the state object ---------------------------------------------------------------------------
+
+
+def test_a_held_lease_enters_the_machine_taken_or_incoming() -> None:
+    taken = HeldLease.taken(HELD, sent=3.0)
+    assert (taken.state, taken.renewed_at, taken.since, taken.lost) == (
+        HeldState.ACTIVE,
+        3.0,
+        0.0,
+        False,
+    )
+    incoming = HeldLease.incoming(HELD, sent=4.0)
+    assert (incoming.state, incoming.since, incoming.watch_only) == (HeldState.INCOMING, 4.0, False)
+    watched = HeldLease.incoming(HELD, sent=5.0, watch_only=True)
+    assert watched.watch_only and watched.progress_at == 5.0
+
+
+def test_events_move_the_state_and_final_states_refuse_more() -> None:
+    held = HeldLease.taken(HELD, sent=0.0)
+    moved = attrs.evolve(HELD, owner="other", checkpoint_owner=ME)
+    held.handed_away(moved, now=7.0)
+    assert (held.state, held.since, held.lease) == (HeldState.OUTGOING, 7.0, moved)
+    assert held.apply(Event.RELEASE) is HeldState.OUTGOING and held.lost
+    with pytest.raises(HeldLeaseError):
+        held.apply(Event.LOSE)
+
+
+def test_a_renewal_credits_its_send_time_only_when_accepted_at_once() -> None:
+    held = HeldLease.taken(HELD, sent=0.0)
+    held.bytes_delivered = 300
+    renewed = attrs.evolve(HELD, counter=6)
+    held.renewal_done(renewed, sent=3.0, verdict=None, delivered=200)
+    assert (held.lease, held.renewed_at, held.bytes_delivered, held.throughput_since) == (
+        renewed,
+        3.0,
+        100,
+        3.0,
+    )
+    adopted = attrs.evolve(HELD, counter=7)
+    held.renewal_done(adopted, sent=6.0, verdict=Verdict.OURS, delivered=100)
+    # Reconciled: the write that counted was sent earlier; nothing credited at 6.0.
+    assert (held.lease, held.renewed_at, held.bytes_delivered, held.throughput_since) == (
+        adopted,
+        3.0,
+        100,
+        3.0,
+    )

@@ -203,7 +203,6 @@ async def test_unowned_pinned_lease_is_assigned(moto: LocalAws, unique_name: str
         ids = await aws.produce(100)
         tally = Tally()
         setup = aws.consumer(tally.handler("setup"))
-        setup._store, setup._stream_client = aws.store, aws.stream
         await aws.store.ensure_table()
         await setup._sync_shards()
         keys = sorted(lease.key for lease in (await aws.store.list_leases()).leases)
@@ -303,7 +302,6 @@ async def test_unknown_sticky_values_are_logged_once_and_treated_as_normal(
         ids = await aws.produce(100)
         tally = Tally()
         setup = aws.consumer(tally.handler("setup"))
-        setup._store, setup._stream_client = aws.store, aws.stream
         await aws.store.ensure_table()
         await setup._sync_shards()
         keys = sorted(lease.key for lease in (await aws.store.list_leases()).leases)

@@ -17,6 +17,7 @@ from kclasync import (
     ShardInfo,
 )
 from kclasync._adapters import lease_codec
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._core.position import TRIM_HORIZON, Checkpoint
 from kclasync._processor import Checkpointer
 from kclasync._records import Record
@@ -239,8 +240,7 @@ async def test_corrupt_lease_items_are_named_and_skipped(
             application_name=aws.name,
             processor=tally.handler("setup"),
             config=fast_config(),
-            lease_store=aws.store,
-            stream_client=aws.stream,
+            backend=AdapterBackend(aws.store, aws.stream),
             registry=CollectorRegistry(),
         )
         await aws.store.ensure_table()

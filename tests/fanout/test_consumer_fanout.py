@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
 from kclasync._config import RetrievalMode
 from kclasync._processor import Checkpointer, ShardInfo
@@ -121,8 +122,7 @@ async def test_fan_out_with_an_injected_stream_client_is_refused() -> None:
         application_name="app",
         processor=handle,
         config=ConsumerConfig(retrieval="fanout"),  # type: ignore[arg-type]
-        lease_store=MemoryLeaseStore(MemoryLeaseTable()),
-        stream_client=client,
+        backend=AdapterBackend(MemoryLeaseStore(MemoryLeaseTable()), client),
         registry=CollectorRegistry(),
     )
     with pytest.raises(ConfigError, match="retrieval: fan-out needs the Kinesis client"):

@@ -18,6 +18,7 @@ from kclasync._core.position import Checkpoint
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment
 from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.wiring import lease_coordinator
 from kclasync.errors import AdapterError
 from tests.runtime.virtual import in_virtual_time
 
@@ -53,7 +54,7 @@ class Elector:
 
 def coordinator(name: str, table: MemoryLeaseTable) -> LeaseCoordinator:
     store = MemoryLeaseStore(table)
-    return LeaseCoordinator(
+    return lease_coordinator(
         store=store,
         registry=store.worker_registry(),
         worker_id=name,
@@ -144,8 +145,8 @@ async def test_a_move_is_a_graceful_handoff_picked_up_after_the_checkpoint() -> 
     await a.renew_all()  # the old owner notices and drains
     assert all(a.held[k].state is HeldState.OUTGOING for k in moved)
     for key in moved:
-        await a.checkpoint(key, Checkpoint("7"))
-        assert await a.release(key)
+        await a.held.checkpoint(key, Checkpoint("7"))
+        assert await a.held.release(key)
     await b.renew_all()
     for key in moved:
         assert b.held[key].state is HeldState.ACTIVE
@@ -163,7 +164,7 @@ async def test_three_failed_runs_give_the_lock_up() -> None:
         async def list_leases(self):  # type: ignore[no-untyped-def]
             raise AdapterError("Scan", "down")
 
-    a.store = Broken(table)
+    a.held.store = Broken(table)
     elector = Elector()
     leader = leader_of(a, LeaseTakerKind.LOAD, elector)
     leader.interval = 0.0

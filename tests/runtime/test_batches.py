@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
 from kclasync._core.position import SHARD_END, TRIM_HORIZON
 from tests.runtime.virtual import in_virtual_time
@@ -34,8 +35,7 @@ def consumer(table: MemoryLeaseTable, client: MemoryStreamClient, **config: obje
         stream_name=STREAM,
         application_name="app",
         config=ConsumerConfig(**settings),  # type: ignore[arg-type]
-        lease_store=MemoryLeaseStore(table),
-        stream_client=client,
+        backend=AdapterBackend(MemoryLeaseStore(table), client),
         registry=CollectorRegistry(),
         rng=random.Random(0),
     )

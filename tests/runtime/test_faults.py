@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import (
     FaultPlan,
     MemoryLeaseStore,
@@ -56,8 +57,7 @@ def consumer(
         application_name="app",
         processor=handle,
         config=ConsumerConfig(**settings),  # type: ignore[arg-type]
-        lease_store=MemoryLeaseStore(table, faults=store_faults),
-        stream_client=client,
+        backend=AdapterBackend(MemoryLeaseStore(table, faults=store_faults), client),
         registry=registry,
         rng=random.Random(0),
     )
@@ -205,8 +205,7 @@ async def test_transient_errors_at_start_are_retried() -> None:
             throttle_backoff=0.01,
             idle_time_between_reads=0.02,
         ),
-        lease_store=store,
-        stream_client=client,
+        backend=AdapterBackend(store, client),
         registry=CollectorRegistry(),
     )
     async with c:

@@ -17,6 +17,7 @@ from kclasync._core.lease import Lease
 from kclasync._core.position import Checkpoint
 from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.wiring import lease_coordinator
 from kclasync.errors import LeaseLostError
 from tests.support import wait_until
 
@@ -44,10 +45,11 @@ def coordinator(
     table: MemoryLeaseTable,
     events: Events,
     registry: MemoryWorkerMetrics | None = None,
+    store: MemoryLeaseStore | None = None,
 ) -> LeaseCoordinator:
-    return LeaseCoordinator(
-        registry=registry,
-        store=MemoryLeaseStore(table),
+    return lease_coordinator(
+        registry=registry if registry is not None else MemoryWorkerMetrics(),
+        store=store if store is not None else MemoryLeaseStore(table),
         worker_id=name,
         failover_time=10.0,
         renewer_interval=3.0,
@@ -76,11 +78,11 @@ async def test_planned_move_drains_checkpoints_and_finishes() -> None:
         ("acquired", "L"),
         ("stop", "L"),
     ]
-    written = await a.checkpoint("L", Checkpoint("42"))  # the old owner's final checkpoint
+    written = await a.held.checkpoint("L", Checkpoint("42"))  # the old owner's final checkpoint
     assert written.owner == "b" and written.checkpoint == Checkpoint("42")
     await b.renew_all()  # still waiting: the old owner has not finished
     assert b.held["L"].state is HeldState.INCOMING
-    assert await a.release("L")  # finish the handoff
+    assert await a.held.release("L")  # finish the handoff
     await b.renew_all()
     assert b.held["L"].state is HeldState.ACTIVE and b_events.log == [("acquired", "L")]
     assert b.held["L"].lease.checkpoint == Checkpoint("42")  # reads from the old checkpoint
@@ -98,7 +100,7 @@ async def test_lease_handed_back_before_it_was_started_is_passed_on_at_once() ->
     await a.taking._take(table.leases["L"], stolen=False)
     await b.taking._steal(table.leases["L"])
     await a.renew_all()
-    assert await a.release("L")  # a finished the handoff to b ...
+    assert await a.held.release("L")  # a finished the handoff to b ...
     assert b.held["L"].state is HeldState.INCOMING  # ... which b has not noticed yet
     assert await a.taking._steal(table.leases["L"]) is not None  # and a asks for it back
     await b.renew_all()
@@ -131,8 +133,9 @@ async def test_reconciled_renewal_is_not_credited_at_the_retry_time() -> None:
     now = [0.0]
     table = MemoryLeaseTable()
     store = LostReply(table)
-    c = LeaseCoordinator(
+    c = lease_coordinator(
         store=store,
+        registry=MemoryWorkerMetrics(),
         worker_id="w",
         failover_time=10.0,
         renewer_interval=3.0,
@@ -183,9 +186,7 @@ class GatedWrites(MemoryLeaseStore):
 
 
 def gated(name: str, table: MemoryLeaseTable, registry: MemoryWorkerMetrics) -> LeaseCoordinator:
-    c = coordinator(name, table, Events(), registry=registry)
-    c.store = GatedWrites(table)
-    return c
+    return coordinator(name, table, Events(), registry=registry, store=GatedWrites(table))
 
 
 async def test_a_plan_made_from_a_half_written_snapshot_is_completed_in_the_same_round() -> None:
@@ -260,20 +261,20 @@ async def test_a_write_returning_a_concurrent_handoff_hands_the_lease_over(write
     a_events, b_events = Events(), Events()
     a, b = coordinator("a", table, a_events), coordinator("b", table, b_events)
     store = InterleavedHandoff(table, "b")
-    a.store = store
+    a.held.store = store
     await a.store.create_lease(Lease(key="L"))
     assert await a.taking._take(table.leases["L"], stolen=False) is not None
-    b.held["L"] = HeldLease(lease=table.leases["L"], renewed_at=0.0, state=HeldState.INCOMING)
+    b.held.add(HeldLease.incoming(table.leases["L"], 0.0), counted_as=None)
     store.armed = True
     if write == "renewal":
         await a.renew_all()
     else:
-        await a.checkpoint("L", Checkpoint("7"))
+        await a.held.checkpoint("L", Checkpoint("7"))
         assert table.leases["L"].checkpoint == Checkpoint("7")
     # a drains instead of renewing a lease the table gives to b.
     assert a.held["L"].state is HeldState.OUTGOING and a_events.log[-1] == ("stop", "L")
-    await a.checkpoint("L", Checkpoint("8"))  # the final checkpoint, in handoff mode
-    assert await a.release("L")
+    await a.held.checkpoint("L", Checkpoint("8"))  # the final checkpoint, in handoff mode
+    assert await a.held.release("L")
     await b.renew_all()
     assert b.held["L"].state is HeldState.ACTIVE and b_events.log == [("acquired", "L")]
     assert b.held["L"].lease.checkpoint == Checkpoint("8")
@@ -285,7 +286,7 @@ async def test_a_write_returning_a_concurrent_take_loses_the_lease_and_says_why(
     events = Events()
     a = coordinator("a", table, events)
     store = InterleavedHandoff(table, "b", steal=True)
-    a.store = store
+    a.held.store = store
     await a.store.create_lease(Lease(key="L"))
     assert await a.taking._take(table.leases["L"], stolen=False) is not None
     store.armed = True
@@ -293,7 +294,7 @@ async def test_a_write_returning_a_concurrent_take_loses_the_lease_and_says_why(
         await a.renew_all()
     else:
         with pytest.raises(LeaseLostError):
-            await a.checkpoint("L", Checkpoint("7"))
+            await a.held.checkpoint("L", Checkpoint("7"))
     assert "L" not in a.held and events.log[-1] == ("lost", "L")
     assert events.reasons == [f"{write} written, but the item returned names another owner"]
     assert table.leases["L"].owner == "b"

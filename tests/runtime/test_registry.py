@@ -8,6 +8,7 @@ import random
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import (
     MemoryCoordinatorState,
     MemoryLeaseStore,
@@ -40,9 +41,7 @@ def worker(
         application_name="app",
         processor=handle,
         config=ConsumerConfig(**settings),  # type: ignore[arg-type]
-        lease_store=MemoryLeaseStore(table),
-        stream_client=client,
-        coordinator_state=state,
+        backend=AdapterBackend(MemoryLeaseStore(table), client, locks=state),
         registry=CollectorRegistry(),
         rng=random.Random(name),
     )

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import (
     MemoryCoordinatorState,
     MemoryLeaseStore,
@@ -76,9 +77,11 @@ async def test_every_adapter_call_of_a_worker_goes_through_the_retry_wrapper() -
             shard_sync_interval=0.5,
             worker_id="w",
         ),
-        lease_store=cast(LeaseStore, store),
-        coordinator_state=cast(CoordinatorStateStore, locks),
-        stream_client=cast(StreamClient, stream),
+        backend=AdapterBackend(
+            cast(LeaseStore, store),
+            cast(StreamClient, stream),
+            locks=cast(CoordinatorStateStore, locks),
+        ),
         registry=CollectorRegistry(),
         rng=random.Random(0),
     )
@@ -100,7 +103,7 @@ async def test_every_adapter_call_of_a_worker_goes_through_the_retry_wrapper() -
 
 
 def test_runtime_parts_hold_only_wrapped_adapters() -> None:
-    # Every runtime module gets its adapters from worker_parts.py, which wraps them; the only module
+    # Every runtime module gets its adapters from wiring.py, which wraps them; the only module
     # naming a wrapper's inner adapter is retrying.py itself.
     import ast
     import pathlib
@@ -114,16 +117,15 @@ def test_runtime_parts_hold_only_wrapped_adapters() -> None:
             if isinstance(node, ast.Attribute) and node.attr == "inner":
                 assert path.name == "retrying.py", f"{path.name} reaches past a retry wrapper"
             if isinstance(node, ast.ImportFrom) and node.module and "_adapters." in node.module:
-                # Only protocols and data types; never an AWS adapter implementation. Two local
+                # Only protocols and data types; never an AWS adapter implementation. Local
                 # exceptions: the CPU reader's type (it reads /proc or cgroup files, no AWS
-                # call to retry), and the private in-memory registry a coordinator keeps when it
-                # is built without one (unit tests; ``Worker`` always passes the wrapped one).
+                # call to retry), and the bundle a backend hands the wiring (``Adapters``).
                 names = {a.name for a in node.names}
                 assert node.module in (
                     "kclasync._adapters.protocols",
                     "kclasync._adapters.worker_registry",
                     "kclasync._adapters.cpu_metrics",
-                    "kclasync._adapters.memory_worker_metrics",
+                    "kclasync._adapters.backends",
                     # Fan-out subscriptions resubscribe by their own policy
                     # (``_core/fanout_session.py``), not the request retry table.
                     "kclasync._adapters.fanout",

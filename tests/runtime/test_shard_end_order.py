@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry
 
 from kclasync import Checkpointer, Consumer, ConsumerConfig, ShardInfo
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import (
     FaultPlan,
     MemoryLeaseStore,
@@ -86,8 +87,7 @@ async def test_merge_child_exists_when_a_parent_checkpoints_shard_end() -> None:
             shard_sync_interval=3600.0,
             shutdown_timeout=1.0,
         ),
-        lease_store=MemoryLeaseStore(table),
-        stream_client=client,
+        backend=AdapterBackend(MemoryLeaseStore(table), client),
         registry=CollectorRegistry(),
         rng=random.Random(0),
     )
@@ -142,8 +142,7 @@ async def test_shard_end_waits_while_the_child_leases_cannot_be_written() -> Non
             parent_shard_poll_interval=0.1,
             shard_sync_interval=3600.0,
         ),
-        lease_store=MemoryLeaseStore(table, faults=faults),
-        stream_client=client,
+        backend=AdapterBackend(MemoryLeaseStore(table, faults=faults), client),
         registry=CollectorRegistry(),
         rng=random.Random(0),
     )
@@ -211,8 +210,7 @@ async def test_a_merge_child_waits_for_its_other_parents_lease() -> None:
             parent_shard_poll_interval=0.1,
             shard_sync_interval=1.0,
         ),
-        lease_store=MemoryLeaseStore(table),
-        stream_client=client,
+        backend=AdapterBackend(MemoryLeaseStore(table), client),
         registry=CollectorRegistry(),
         rng=random.Random(0),
     )

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import (
     MemoryCoordinatorState,
     MemoryLeaseStore,
@@ -186,9 +187,7 @@ async def test_renewals_write_the_throughput_ema_of_delivered_bytes() -> None:
             max_records=100,
             min_time_between_reads=0.5,
         ),
-        lease_store=MemoryLeaseStore(table),
-        stream_client=client,
-        coordinator_state=MemoryCoordinatorState(),
+        backend=AdapterBackend(MemoryLeaseStore(table), client, locks=MemoryCoordinatorState()),
         registry=CollectorRegistry(),
         rng=random.Random(1),
     )

@@ -13,9 +13,10 @@ import attrs
 import pytest
 
 from kclasync._core import balanced_taker
+from kclasync._core.held_lease import HeldLease
 from kclasync._core.lease import Lease
 from kclasync._core.lease_taker import TakeView
-from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
+from kclasync._runtime.held import HeldLeases
 from kclasync._simulation import SimulationSettings, format_report, run_simulation
 from kclasync._simulation.faults import ALL_FAULTS
 from kclasync.errors import LeaseLostError
@@ -73,16 +74,16 @@ STALL_SEED = SimulationSettings(workers=8, shards=32, hours=0.15, seed=1, faults
 @pytest.fixture
 def without_delivery_stale_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Take out the fix: the staleness check made before each batch is delivered."""
-    original = LeaseCoordinator.ensure_held
+    original = HeldLeases.ensure_held
 
-    def check(self: LeaseCoordinator, held: HeldLease) -> None:
+    def check(self: HeldLeases, held: HeldLease) -> None:
         if sys._getframe(1).f_code.co_name == "_deliver":
             if held.lost:
                 raise LeaseLostError(held.key)
             return
         original(self, held)
 
-    monkeypatch.setattr(LeaseCoordinator, "ensure_held", check)
+    monkeypatch.setattr(HeldLeases, "ensure_held", check)
     yield
 
 

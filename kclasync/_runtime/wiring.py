@@ -1,11 +1,13 @@
-"""What one worker is made of: its runtime parts, built on given adapters and wired together.
+"""The one place a worker is wired: its runtime parts, built on a backend's adapters.
 
-Owns: ``WorkerSpec`` (what a ``Consumer`` was built with), the retry wrappers every adapter call
-goes through (one policy table per worker), and building the parts on them: lease coordinator,
-early failover, leader elector, shard sync, leader duties, fan-out consumers, shard supervisor,
-and in the leader-based modes the leader's assignment loop and this worker's discovery.
-Must not: start tasks, run anything, make protocol decisions, or create AWS clients (``Consumer``
-does); running the parts and the order of a stop are ``worker``'s.
+Owns: the retry wrappers every adapter call goes through (one policy table per worker), the
+lease path's collaborators (``held_leases`` at the bottom; taking, handoffs and renewals on
+top of it; the coordinator bundling them), and every other part on them: early failover, leader
+elector, shard sync, leader duties, fan-out consumers, shard supervisor, and in the
+leader-based modes the leader's assignment loop and this worker's discovery; then the
+``Worker`` that runs them.
+Must not: start tasks, run anything, make protocol decisions, or create AWS clients (the
+backend does); running the parts and the order of a stop are ``worker``'s.
 """
 
 from __future__ import annotations
@@ -14,24 +16,27 @@ import asyncio
 import random
 from collections.abc import Callable
 
-import attrs
-
+from kclasync._adapters.backends import Adapters
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.fanout import FanOutClient
-from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
+from kclasync._adapters.protocols import LeaseStore, StreamClient
 from kclasync._adapters.worker_registry import WorkerRegistry
-from kclasync._config import ConsumerConfig, RetrievalMode
+from kclasync._config import RetrievalMode
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.fanout_session import ResubscribePolicy
+from kclasync._core.held_lease import HeldLease
 from kclasync._core.lease_taker import LeaseTaker
 from kclasync._core.retry_policy import policy_table
-from kclasync._processor import ProcessorFactory
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment, assignment_tasks
 from kclasync._runtime.early_failover import EarlyFailover
 from kclasync._runtime.fanout_streams import FanOutConsumers
+from kclasync._runtime.held import HeldLeases, LeaseListener
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
-from kclasync._runtime.lease_coordinator import HeldLease, LeaseCoordinator
+from kclasync._runtime.lease_coordinator import LeaseCoordinator
+from kclasync._runtime.lease_handoffs import LeaseHandoffs
+from kclasync._runtime.lease_renewals import LeaseRenewals
+from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.retrying import (
     Retrier,
@@ -41,23 +46,18 @@ from kclasync._runtime.retrying import (
     RetryingWorkerRegistry,
 )
 from kclasync._runtime.shard_supervisor import ShardSupervisor
-from kclasync._runtime.shard_sync import ShardSync, StreamList
+from kclasync._runtime.shard_sync import ShardSync
+from kclasync._runtime.worker import Worker, WorkerParts, WorkerSpec, WorkerStop
+from kclasync._runtime.worker_presence import WorkerPresence
+from kclasync._runtime.worker_startup import WorkerStartup
 from kclasync.errors import ConfigError
 
-
-@attrs.frozen
-class WorkerSpec:
-    """What a ``Consumer`` was built with, as its worker needs it."""
-
-    config: ConsumerConfig
-    worker_id: str
-    application: str
-    streams: StreamList
-    multi_stream: bool
-    factory: ProcessorFactory
-    taker: LeaseTaker
-    rng: random.Random
-    metrics: ConsumerMetrics
+__all__ = [
+    "build_worker",
+    "lease_coordinator",
+    "retrier_for",
+    "shard_sync_for",
+]
 
 
 def retrier_for(spec: WorkerSpec) -> Retrier:
@@ -113,7 +113,7 @@ def fanout_consumers_for(spec: WorkerSpec, client: FanOutClient | None) -> FanOu
         return None
     if client is None:
         raise ConfigError(
-            "retrieval", "fan-out needs the Kinesis client kclasync creates (no stream_client=)"
+            "retrieval", "fan-out needs the Kinesis client of the AWS backend (backend=AWSBackend)"
         )
     return FanOutConsumers(
         client,
@@ -126,7 +126,7 @@ def fanout_consumers_for(spec: WorkerSpec, client: FanOutClient | None) -> FanOu
 
 
 class _NotListening:
-    """The coordinator's listener until the supervisor is attached (nothing is held yet)."""
+    """The held leases' listener until the supervisor is attached (nothing is held yet)."""
 
     def lease_acquired(self, held: HeldLease) -> None:
         raise AssertionError(f"lease {held.key} acquired before the supervisor was attached")
@@ -138,78 +138,122 @@ class _NotListening:
         return None
 
 
-@attrs.frozen
-class WorkerParts:
-    """The parts of one worker, on adapters wrapped in its retry policy table."""
-
-    retrier: Retrier
-    store: RetryingLeaseStore
-    stream_client: RetryingStreamClient
-    locks: RetryingCoordinatorState
-    registry: WorkerRegistry
-    coordinator: LeaseCoordinator
-    #: Heartbeats and the following of silent workers (``early_failover``), else None.
-    early_failover: EarlyFailover | None
-    elector: LeaderElector
-    shard_sync: ShardSync
-    duties: LeaderDuties
-    #: The stream consumers shards are read through (retrieval="fanout"), else None.
-    fanout: FanOutConsumers | None
-    supervisor: ShardSupervisor
-    #: Leader-based modes (``kcl3``, ``load``): the leader's loop and this worker's discovery.
-    assignment: LeaderAssignment | None
-    discovery: AssignmentDiscovery | None
-
-
-def build_parts(
-    spec: WorkerSpec,
+def lease_coordinator(
     *,
     store: LeaseStore,
-    stream_client: StreamClient,
-    locks: CoordinatorStateStore,
     registry: WorkerRegistry,
-    wall_clock: Callable[[], float],
-    cpu_reader: CpuReader | None,
-    fanout: FanOutClient | None,
-    wake_taker: Callable[[], None],
-    on_failure: Callable[[BaseException], None],
-) -> WorkerParts:
-    """Build a worker's parts (inside the running event loop, whose clock they read).
+    worker_id: str,
+    application: str,
+    metrics: ConsumerMetrics,
+    taker: LeaseTaker,
+    rng: random.Random,
+    failover_time: float,
+    renewer_interval: float,
+    taker_interval: float,
+    max_leases_for_worker: int | None = None,
+    max_leases_to_steal: int | None = None,
+    listener: LeaseListener | None = None,
+    clock: Callable[[], float] | None = None,
+    wall_clock: Callable[[], float] | None = None,
+    graceful_handoff: bool = False,
+    handoff_timeout: float = 30.0,
+    worker_timeout: float | None = None,
+    cpu_reader: CpuReader | None = None,
+    max_cpu_percent: int = 100,
+    capacity_kbps: float | None = None,
+    heartbeat_interval: float | None = None,
+) -> LeaseCoordinator:
+    """The lease path of one worker, bottom up: the held leases, this worker's registry
+    presence, the incoming handoffs, the taking rounds and the renewal rounds, each given only
+    what is below it. ``clock`` (default: the running loop's) is the only clock they read;
+    ``wall_clock`` (default: ``clock``) stamps the registry entry."""
 
-    ``wake_taker`` starts a taking round early (new leases, a worker joined); ``on_failure``
-    stops the worker gracefully because of a pipeline's error."""
+    def loop_time() -> float:
+        return asyncio.get_running_loop().time()
+
+    now = clock if clock is not None else loop_time
+    held = HeldLeases(
+        store=store,
+        worker_id=worker_id,
+        failover_time=failover_time,
+        handoff_timeout=handoff_timeout,
+        metrics=metrics,
+        application=application,
+        listener=listener if listener is not None else _NotListening(),
+        clock=now,
+    )
+    presence = WorkerPresence(
+        registry,
+        worker_id,
+        wall_clock=wall_clock if wall_clock is not None else now,
+        worker_timeout=worker_timeout if worker_timeout is not None else failover_time,
+        on_corrupt=metrics.corrupt_worker_entries.labels(*held.labels).set,
+        cpu=cpu_reader,
+        max_cpu_percent=max_cpu_percent,
+        capacity_kbps=capacity_kbps,
+        processed_kbps=held.processed_kbps,
+        heartbeat_interval=heartbeat_interval,
+    )
+    taking = LeaseTaking(
+        held,
+        presence,
+        taker=taker,
+        interval=taker_interval,
+        max_leases_for_worker=max_leases_for_worker,
+        max_leases_to_steal=max_leases_to_steal,
+        rng=rng,
+        graceful_handoff=graceful_handoff,
+    )
+    handoffs = LeaseHandoffs(
+        held,
+        is_live=lambda worker: worker in taking.live_workers,
+        worker_failover=presence.tracker.failover_time,
+    )
+    renewals = LeaseRenewals(held, handoffs, presence, interval=renewer_interval)
+    return LeaseCoordinator(
+        held=held, taking=taking, renewals=renewals, handoffs=handoffs, presence=presence
+    )
+
+
+def build_worker(
+    spec: WorkerSpec, adapters: Adapters, *, stop_requested: asyncio.Event, started: asyncio.Event
+) -> Worker:
+    """Build a worker on a backend's adapters (inside the running event loop, whose clock its
+    parts read). A pipeline's error stops it gracefully (``WorkerStop``)."""
     cfg = spec.config
+    stop = WorkerStop(stop_requested)
+    taker_wake = asyncio.Event()
+    wake_taker = taker_wake.set
     # Every adapter call of every part goes through the one retry policy table.
     retrier = retrier_for(spec)
-    retrying_store = RetryingLeaseStore(store, retrier)
-    retrying_client = RetryingStreamClient(stream_client, retrier)
-    retrying_locks = RetryingCoordinatorState(locks, retrier)
-    retrying_registry = RetryingWorkerRegistry(registry, retrier)
-    coordinator = LeaseCoordinator(
-        store=retrying_store,
+    store = RetryingLeaseStore(adapters.store, retrier)
+    stream_client = RetryingStreamClient(adapters.stream_client, retrier)
+    locks = RetryingCoordinatorState(adapters.locks, retrier)
+    registry = RetryingWorkerRegistry(adapters.registry, retrier)
+    coordinator = lease_coordinator(
+        store=store,
+        registry=registry,
         worker_id=spec.worker_id,
+        application=spec.application,
+        metrics=spec.metrics,
+        taker=spec.taker,
+        rng=spec.rng,
         failover_time=cfg.failover_time,
         renewer_interval=cfg.renewer_interval,
         taker_interval=cfg.taker_interval,
-        taker=spec.taker,
         max_leases_for_worker=cfg.max_leases_for_worker,
         max_leases_to_steal=cfg.max_leases_to_steal,
-        metrics=spec.metrics,
-        application=spec.application,
-        listener=_NotListening(),
+        wall_clock=adapters.wall_clock,
         graceful_handoff=cfg.graceful_handoff,
         handoff_timeout=cfg.handoff_timeout,
         worker_timeout=cfg.effective_worker_timeout,
-        rng=spec.rng,
-        registry=retrying_registry,
-        wall_clock=wall_clock,
-        cpu_reader=cpu_reader,
+        cpu_reader=adapters.cpu_reader,
         max_cpu_percent=cfg.max_cpu_percent,
         capacity_kbps=cfg.worker_capacity_kbps,
         heartbeat_interval=cfg.effective_heartbeat_interval,
     )
     elector = LeaderElector(
-        store=retrying_locks,
+        store=locks,
         worker_id=spec.worker_id,
         lock_duration=cfg.leader_lock_duration,
         heartbeat_interval=cfg.leader_heartbeat_interval,
@@ -228,30 +272,31 @@ def build_parts(
         if cfg.effective_heartbeat_interval is not None
         else None
     )
-    shard_sync = shard_sync_for(spec, retrying_store, retrying_client, coordinator, wake_taker)
+    shard_sync = shard_sync_for(spec, store, stream_client, coordinator, wake_taker)
     duties = LeaderDuties(
         config=cfg,
         elector=elector,
         shard_sync=shard_sync,
-        store=retrying_store,
-        stream_client=retrying_client,
+        store=store,
+        stream_client=stream_client,
         clock=coordinator.now,
     )
-    fanout_consumers = fanout_consumers_for(spec, fanout)
+    fanout_consumers = fanout_consumers_for(spec, adapters.fanout)
     supervisor = ShardSupervisor(
         config=cfg,
-        coordinator=coordinator,
-        store=retrying_store,
-        stream_client=retrying_client,
+        leases=coordinator.held,
+        exclude=coordinator.taking.exclude,
+        store=store,
+        stream_client=stream_client,
         factory=spec.factory,
         metrics=spec.metrics,
         labels=(spec.application, spec.worker_id),
         stream_of=shard_sync.stream_of,
         on_children_created=wake_taker,
-        on_failure=on_failure,
+        on_failure=stop.fail,
         fanout=fanout_consumers,
     )
-    coordinator.listener = supervisor
+    coordinator.held.listener = supervisor
     assignment: LeaderAssignment | None = None
     discovery: AssignmentDiscovery | None = None
     if cfg.lease_taker.leader_based:
@@ -261,17 +306,25 @@ def build_parts(
             policy=cfg.lease_taker,
             interval=cfg.effective_assignment_interval,
             discovery_interval=cfg.effective_discovery_interval,
-            registry=retrying_registry,
+            registry=registry,
             rng=spec.rng,
             balancer=cfg.balancer_settings(),
             kcl3=cfg.kcl3_settings(),
         )
-    return WorkerParts(
+    startup = WorkerStartup(
+        cfg,
+        store=store,
+        locks=locks,
+        registry=registry,
+        shard_sync=shard_sync,
+        legacy_cleanup=adapters.legacy_cleanup,
+    )
+    parts = WorkerParts(
         retrier=retrier,
-        store=retrying_store,
-        stream_client=retrying_client,
-        locks=retrying_locks,
-        registry=retrying_registry,
+        store=store,
+        stream_client=stream_client,
+        locks=locks,
+        registry=registry,
         coordinator=coordinator,
         early_failover=early_failover,
         elector=elector,
@@ -281,4 +334,7 @@ def build_parts(
         supervisor=supervisor,
         assignment=assignment,
         discovery=discovery,
+        startup=startup,
+        taker_wake=taker_wake,
     )
+    return Worker(spec, parts, stop=stop, started=started)
