@@ -69,9 +69,12 @@ def test_databricks_names_and_values_translate() -> None:
     assert opts.aws.aws_access_key_id == "AKIA" and opts.aws.aws_secret_access_key == "secret"
     assert opts.consumer_type is ConsumerType.POLLING  # auto without a consumer name
     assert opts.column_layout is ColumnLayout.KCLASYNC
-    assert SourceOptions.parse(
-        {"streamName": "s", "initialPosition": "latest", "columnLayout": "Databricks"}
-    ).column_layout is ColumnLayout.DATABRICKS
+    assert (
+        SourceOptions.parse(
+            {"streamName": "s", "initialPosition": "latest", "columnLayout": "Databricks"}
+        ).column_layout
+        is ColumnLayout.DATABRICKS
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from kclasync.errors import ConfigError, KclAsyncError
+from kclasync.spark import SCHEMA_DDL
 from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
 from kclasync.testing.emulators import LocalAws, free_port
-from kclasync.spark import SCHEMA_DDL
 from tests.spark.support import create_and_produce, source_options
 
 
