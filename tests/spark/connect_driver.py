@@ -53,7 +53,7 @@ def main() -> None:
     if query.exception() is not None:
         print(f"failed {query.exception()}", flush=True)
         sys.exit(1)
-    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    rows = sum(p.numInputRows or 0 for p in query.recentProgress)
     if sink_file is not None:
         with open(sink_file, encoding="utf-8") as f:
             sink = json.load(f)

@@ -52,9 +52,12 @@ def load_error(spark: Any, options: dict[str, str], schema: str | None = None) -
         ),
         (
             {"maxRecordPerShard": "10"},
-            "ConfigError: invalid configuration: maxrecordpershard: is not an option",
+            "ConfigError: invalid configuration: maxRecordPerShard: is not an option",
         ),
-        ({"failOnDataLoss": "maybe"}, "failOnDataLoss: must be true or false, got 'maybe'"),
+        (
+            {"failOnDataLoss": "maybe"},
+            "ConfigError: invalid configuration: failOnDataLoss: must be true or false, got 'maybe'",
+        ),
         (
             {"consumerType": "PUSH"},
             "ConfigError: invalid configuration: consumerType: must be POLLING or EFO "
