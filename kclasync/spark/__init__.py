@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kclasync.spark.load_checks import install as install_load_checks
 from kclasync.spark.schema import ARROW_SCHEMA, COLUMNS, SCHEMA_DDL, records_to_arrow
 from kclasync.spark.sink import BatchInfo, ParquetSink, ResumableWriter, SparkProcessor
 from kclasync.spark.source import KinesisDataSource, SourceOptions
@@ -32,6 +33,14 @@ __all__ = [
 ]
 
 
-def register(spark: Any) -> None:
-    """Make ``spark.readStream.format("kinesis")`` available in ``spark``'s session."""
+def register(spark: Any, *, check_at_load: bool = True) -> None:
+    """Make ``spark.readStream.format("kinesis")`` available in ``spark``'s session (classic or
+    Spark Connect).
+
+    With ``check_at_load`` (the default), ``load()`` of a ``kinesis`` stream in this process
+    checks the options, the stream and the progress table and pins ``LATEST`` whether or not
+    the query gives a schema, and raises kclasync's own error there
+    (``kclasync.spark.load_checks``)."""
     spark.dataSource.register(KinesisDataSource)
+    if check_at_load:
+        install_load_checks()

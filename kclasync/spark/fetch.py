@@ -210,6 +210,7 @@ async def read_shard(
     replay: ShardProgress | None = None,
     fail_on_data_loss: bool = True,
     pages: PageSource | None = None,
+    page_size: int = MAX_PAGE,
 ) -> ShardRead:
     """Read ``shard_id`` from ``start`` for one batch.
 
@@ -220,6 +221,7 @@ async def read_shard(
 
     ``pages``: where the records come from (default: GetRecords through the workers' shard
     cursor; ``kclasync.spark.fanout_pages`` gives SubscribeToShard events as pages).
+    ``page_size``: the most records asked for per call (``maxRecordsPerFetch``).
     """
     position = starting_position(start, timestamp)
     if position is None:
@@ -238,7 +240,7 @@ async def read_shard(
     children: tuple[ChildShard, ...] = ()
     async with stack:
         while len(records) < want:
-            asked = min(MAX_PAGE, want - len(records) + 1)
+            asked = min(page_size, want - len(records) + 1)
             try:
                 result = await cursor.next(asked)
             except ShardNotFoundError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,7 +93,21 @@ def write_partition(options: SinkOptions, rows: Iterator[Any]) -> PutMessage:
     return PutMessage(asyncio.run(go()))
 
 
+def _visible() -> None:
+    """Make this process's INFO lines of ``kclasync.spark`` reach its stderr (which Spark
+    passes on to the driver's console and log) when nothing was configured: the commit runs in
+    a Python process of Spark's own, where Python logging has no handler and would drop them."""
+    if logging.getLogger().handlers or log.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
+
+
 def _total(messages: list[Any]) -> PutStats:
+    _visible()
     total = PutStats()
     for m in messages:
         if isinstance(m, PutMessage):

@@ -18,10 +18,11 @@ import attrs
 
 from kclasync._core.position import InitialPosition
 from kclasync.errors import ConfigError
-from kclasync.spark.fetch import AwsOptions
+from kclasync.spark.aliases import translate
+from kclasync.spark.fetch import MAX_PAGE, AwsOptions
 from kclasync.spark.progress_dynamodb import DEFAULT_PROGRESS_TABLE
 
-__all__ = ["ConsumerType", "SinkOptions", "SourceOptions", "lower_keys"]
+__all__ = ["ColumnLayout", "ConsumerType", "SinkOptions", "SourceOptions", "lower_keys"]
 
 _AWS: Final = (
     "region",
@@ -46,6 +47,8 @@ SOURCE_OPTIONS: Final = (
     "consumerType",
     "consumerName",
     "shardsPerTask",
+    "maxRecordsPerFetch",
+    "columnLayout",
     *_AWS,
 )
 SINK_OPTIONS: Final = (
@@ -58,11 +61,26 @@ SINK_OPTIONS: Final = (
     *_AWS,
 )
 #: Options Spark itself may pass to a data source.
-_SPARK_OWN: Final = ("path", "checkpointlocation", "queryname")
+_SPARK_OWN: Final = (
+    "path",
+    "checkpointlocation",
+    "queryname",
+    # Added by ``register()``'s ``load()`` (``kclasync.spark.load_checks``).
+    "kclasync.latestat",
+    "kclasync.checked",
+)
 
 
 #: A stream consumer's name as Kinesis allows it.
 _CONSUMER_NAME: Final = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+
+
+class ColumnLayout(enum.Enum):
+    """Which connector's columns the source emits (``kclasync.spark.schema.LAYOUTS``)."""
+
+    KCLASYNC = "kclasync"
+    AWSLABS = "awslabs"
+    DATABRICKS = "databricks"
 
 
 class ConsumerType(enum.Enum):
@@ -158,10 +176,31 @@ class SourceOptions:
     consumer_type: ConsumerType = ConsumerType.POLLING
     consumer_name: str | None = None
     shards_per_task: int = 1
+    #: Records asked for per GetRecords call (Kinesis allows at most 10,000).
+    max_records_per_fetch: int = MAX_PAGE
+    column_layout: ColumnLayout = ColumnLayout.KCLASYNC
+    #: Options of another connector that were accepted without effect, with why.
+    ignored: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        opts = lower_keys(options)
+        """Our options, or the awslabs or Databricks connectors' names for them
+        (``kclasync.spark.aliases``); every error names the option as the user wrote it."""
+        names = {str(k).lower(): str(k) for k in dict(options)}
+        try:
+            translation = translate({str(k): str(v) for k, v in dict(options).items()})
+        except ConfigError as exc:
+            raise ConfigError(names.get(exc.field, exc.field), exc.problem) from None
+        try:
+            return cls._parse(translation.options, translation.awslabs, translation.ignored)
+        except ConfigError as exc:
+            named = translation.named(exc)
+            raise ConfigError(names.get(named.field, named.field), named.problem) from None
+
+    @classmethod
+    def _parse(
+        cls, opts: dict[str, str], awslabs: bool, ignored: Mapping[str, str]
+    ) -> SourceOptions:
         _refuse_unknown(opts, SOURCE_OPTIONS, "source")
         stream = _required(opts, "streamName", ".option('streamName', 'orders')")
         metadata = opts.get("metadatapath", "").strip() or None
@@ -194,7 +233,23 @@ class SourceOptions:
             consumer_type=consumer_type,
             consumer_name=consumer_name,
             shards_per_task=_int_option(opts, "shardsPerTask", 1, 1000) or 1,
+            max_records_per_fetch=_int_option(opts, "maxRecordsPerFetch", MAX_PAGE, MAX_PAGE)
+            or MAX_PAGE,
+            column_layout=_layout(opts, awslabs),
+            ignored=tuple(sorted(ignored.items())),
         )
+
+
+def _layout(opts: Mapping[str, str], awslabs: bool) -> ColumnLayout:
+    raw = opts.get("columnlayout", "").strip().lower()
+    if not raw:
+        return ColumnLayout.AWSLABS if awslabs else ColumnLayout.KCLASYNC
+    try:
+        return ColumnLayout(raw)
+    except ValueError:
+        raise ConfigError(
+            "columnLayout", f"must be kclasync, awslabs or databricks, got {raw!r}"
+        ) from None
 
 
 def _consumer(opts: Mapping[str, str]) -> tuple[ConsumerType, str | None]:
@@ -241,7 +296,16 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        opts = lower_keys(options)
+        """Our options or awslabs' ``kinesis.``-prefixed names for them."""
+        names = {k.lower(): k for k in dict(options)}
+        try:
+            translation = translate({str(k): str(v) for k, v in dict(options).items()})
+            return cls._parse(translation.options)
+        except ConfigError as exc:
+            raise ConfigError(names.get(exc.field.lower(), exc.field), exc.problem) from None
+
+    @classmethod
+    def _parse(cls, opts: dict[str, str]) -> SinkOptions:
         _refuse_unknown(opts, SINK_OPTIONS, "sink")
         stream = _required(opts, "streamName", ".option('streamName', 'orders')")
         per_request = _int_option(opts, "maxRecordsPerRequest", 500, 500)

@@ -15,7 +15,15 @@ import pyarrow as pa
 
 from kclasync._records import Record
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "SCHEMA_DDL", "records_to_arrow"]
+__all__ = [
+    "ARROW_SCHEMA",
+    "COLUMNS",
+    "LAYOUTS",
+    "SCHEMA_DDL",
+    "in_layout",
+    "layout_ddl",
+    "records_to_arrow",
+]
 
 COLUMNS = (
     "stream",
@@ -62,4 +70,44 @@ def records_to_arrow(records: Sequence[Record], stream: str) -> Any:
             pa.array([r.data for r in records], pa.binary()),
         ],
         schema=ARROW_SCHEMA,
+    )
+
+
+#: The columns each ``columnLayout`` emits, as (column, source column in ``ARROW_SCHEMA``):
+#: ``awslabs`` is awslabs' spark-sql-kinesis-connector's layout, ``databricks`` the Databricks
+#: ``kinesis`` source's. Types are the same as ours for every column they share.
+LAYOUTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "kclasync": tuple((c, c) for c in COLUMNS),
+    "awslabs": (
+        ("data", "data"),
+        ("streamName", "stream"),
+        ("partitionKey", "partitionKey"),
+        ("sequenceNumber", "sequenceNumber"),
+        ("approximateArrivalTimestamp", "approximateArrivalTimestamp"),
+    ),
+    "databricks": (
+        ("partitionKey", "partitionKey"),
+        ("data", "data"),
+        ("stream", "stream"),
+        ("shardId", "shardId"),
+        ("sequenceNumber", "sequenceNumber"),
+        ("approximateArrivalTimestamp", "approximateArrivalTimestamp"),
+    ),
+}
+
+_DDL_TYPES = dict(part.strip().split(" ", 1) for part in SCHEMA_DDL.split(","))
+
+
+def layout_ddl(layout: str) -> str:
+    """The Spark DDL of ``layout``'s columns."""
+    return ", ".join(f"{name} {_DDL_TYPES[source]}" for name, source in LAYOUTS[layout])
+
+
+def in_layout(batch: Any, layout: str) -> Any:
+    """``batch`` (in ``ARROW_SCHEMA``) with ``layout``'s columns, in its order and names."""
+    if layout == "kclasync":
+        return batch
+    columns = LAYOUTS[layout]
+    return pa.RecordBatch.from_arrays(
+        [batch.column(source) for _, source in columns], names=[name for name, _ in columns]
     )

@@ -22,7 +22,7 @@ from kclasync.spark.fanout_pages import fanout_pages
 from kclasync.spark.fetch import PageSource, ShardRead, read_shard
 from kclasync.spark.offsets import ShardProgress
 from kclasync.spark.options import SourceOptions
-from kclasync.spark.schema import records_to_arrow
+from kclasync.spark.schema import in_layout, records_to_arrow
 from kclasync.spark.worker_io import WorkerIO, worker_io
 
 __all__ = [
@@ -101,7 +101,8 @@ def arrow_batches(p: ShardPartition | ShardGroupPartition) -> Iterator[Any]:
 
     for part, records in zip(parts, io.run(read_all), strict=True):
         for i in range(0, len(records), ARROW_CHUNK):
-            yield records_to_arrow(records[i : i + ARROW_CHUNK], part.options.stream_name)
+            batch = records_to_arrow(records[i : i + ARROW_CHUNK], part.options.stream_name)
+            yield in_layout(batch, part.options.column_layout.value)
 
 
 def group_partitions(
@@ -156,6 +157,7 @@ async def _read_partition(io: WorkerIO, p: ShardPartition) -> list[Record]:
             replay=replay,
             fail_on_data_loss=opts.fail_on_data_loss,
             pages=pages,
+            page_size=opts.max_records_per_fetch,
         )
 
     recorded = await store.get(p.run, p.batch, p.shard_id)

@@ -35,11 +35,14 @@ from pyspark.sql.streaming.datasource import (
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._core.position import InitialPositionKind
 from kclasync._core.shard import Shard
+from kclasync.errors import ConfigError
 from kclasync.spark.checks import check_sink, check_source
 from kclasync.spark.driver_io import DriverIO
+from kclasync.spark.errors_first import user_facing, user_facing_rows
 from kclasync.spark.fetch import has_new_records
 from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter, check_columns
 from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions
+from kclasync.spark.load_checks import CHECKED, LATEST_AT
 from kclasync.spark.offsets import (
     ShardPosition,
     ShardProgress,
@@ -51,9 +54,9 @@ from kclasync.spark.offsets import (
     readable_shards,
     state_after,
 )
-from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
+from kclasync.spark.options import ColumnLayout, ConsumerType, SinkOptions, SourceOptions
 from kclasync.spark.progress import ProgressStore
-from kclasync.spark.schema import SCHEMA_DDL
+from kclasync.spark.schema import LAYOUTS, layout_ddl
 from kclasync.spark.shard_task import (
     ShardGroupPartition,
     ShardPartition,
@@ -151,6 +154,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- DataSourceStreamReader -----------------------------------------------------------
 
+    @user_facing
     def initialOffset(self) -> dict[str, Any]:
         start = self.options.starting_position
         when = start.timestamp
@@ -190,6 +194,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._until = datetime.now(UTC)
         self._drained = set()
 
+    @user_facing
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         offset = SourceOffset.from_json(start)
         progress = self._progress()
@@ -226,7 +231,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # in time (``fanout_pages``), which proves nothing.
             self._drained |= drained_shards(offset, read)
         candidates = readable_shards(state)
-        known = [sid for sid in candidates if sid in read and read[sid].more]
+        # A shard whose read stopped at its quota may hold more, except in an AvailableNow run,
+        # where "more" may all have arrived after the cutoff: probing it (one GetRecords) costs
+        # less than planning a batch that then reads nothing.
+        known = [sid for sid in candidates if sid in read and read[sid].more and until is None]
         unknown = [
             sid
             for sid in candidates
@@ -314,8 +322,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, (ShardPartition, ShardGroupPartition))
-        yield from arrow_batches(partition)
+        return user_facing_rows(arrow_batches(partition))
 
+    @user_facing
     def commit(self, end: dict[str, Any]) -> None:
         offset = SourceOffset.from_json(end)
         progress = self._progress()
@@ -327,6 +336,26 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._io = None
 
 
+def with_schema_layout(options: SourceOptions, schema: Any) -> SourceOptions:
+    """``options`` with the column layout a user schema names (``.schema(...)``): the source
+    emits the layout whose column names the schema has, in its order; a schema that is none of
+    them is refused here, before any batch, instead of by Arrow in an executor."""
+    names = tuple(schema.fieldNames()) if schema is not None else ()
+    if not names:
+        return options
+    for layout in ColumnLayout:
+        if names == tuple(name for name, _ in LAYOUTS[layout.value]):
+            if layout is options.column_layout:
+                return options
+            return attrs.evolve(options, column_layout=layout)
+    raise ConfigError(
+        "schema",
+        f"the columns {', '.join(names)} are not a layout of the kinesis source; use "
+        f"kclasync.spark.SCHEMA_DDL or leave .schema(...) out (columnLayout picks awslabs' "
+        "or Databricks' columns)",
+    )
+
+
 class KinesisDataSource(DataSource):
     """``format("kinesis")``: a streaming source, and a batch and streaming sink; register with
     ``kclasync.spark.register(spark)``."""
@@ -335,18 +364,31 @@ class KinesisDataSource(DataSource):
     def name(cls) -> str:
         return "kinesis"
 
+    @user_facing
     def schema(self) -> str:
-        # Called by ``load()`` on the driver: bad options, a missing stream or an endpoint that
-        # cannot be reached fail here, before any query starts. Spark keeps this instance
-        # (pickled) for the query, so the moment LATEST stands for is taken here too.
+        # Called by ``load()`` without a user schema. ``register()``'s wrapper of ``load()``
+        # (``load_checks``) has normally checked the options, the stream and the progress table
+        # in the user's process already, and pinned LATEST; without it (the data source
+        # registered by hand), the checks run here, and Spark keeps this instance (pickled) for
+        # the query, so the moment LATEST stands for is taken here.
         self.loaded_at = datetime.now(UTC)
-        check_source(SourceOptions.parse(self.options))
-        return SCHEMA_DDL
+        options = SourceOptions.parse(self.options)
+        if not self._option(CHECKED):
+            check_source(options)
+        return layout_ddl(options.column_layout.value)
 
+    def _option(self, name: str) -> str | None:
+        wanted = name.lower()
+        return next((str(v) for k, v in self.options.items() if k.lower() == wanted), None)
+
+    @user_facing
     def streamReader(self, schema: Any) -> KinesisStreamReader:
-        latest_at: datetime | None = getattr(self, "loaded_at", None)
-        return KinesisStreamReader(SourceOptions.parse(self.options), latest_at)
+        options = with_schema_layout(SourceOptions.parse(self.options), schema)
+        pinned = self._option(LATEST_AT)
+        latest_at = datetime.fromisoformat(pinned) if pinned else getattr(self, "loaded_at", None)
+        return KinesisStreamReader(options, latest_at)
 
+    @user_facing
     def _sink(self, schema: Any) -> SinkOptions:
         # Called on the driver by ``save()`` / ``start()``: bad options, missing columns, a
         # missing stream or an unreachable endpoint fail here, before any row is written.

@@ -4,23 +4,33 @@ names the option, the stream or the endpoint (checked on the text a user sees)."
 from __future__ import annotations
 
 import pathlib
+import traceback
 from typing import Any
 
 import pytest
 
-from kclasync.errors import ConfigError
+from kclasync.errors import ConfigError, KclAsyncError
+from kclasync.spark import SCHEMA_DDL
 from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
 from kclasync.testing.emulators import LocalAws, free_port
 from tests.spark.support import create_and_produce, source_options
 
 
-def load_error(spark: Any, options: dict[str, str]) -> str:
-    from pyspark.errors import PySparkException
-
-    with pytest.raises(PySparkException) as caught:
-        spark.readStream.format("kinesis").options(**options).load()
+def load_error(spark: Any, options: dict[str, str], schema: str | None = None) -> str:
+    """What ``load()`` raises, as a user reads it: kclasync's own error, raised in the driver
+    by ``register()``'s check (no Spark wrapper, nothing chained), with or without a schema."""
+    reader = spark.readStream.format("kinesis").options(**options)
+    if schema is not None:
+        reader = reader.schema(schema)
+    with pytest.raises(KclAsyncError) as caught:
+        reader.load()
     assert not spark.streams.active, "a query was started"
-    return str(caught.value)
+    error = caught.value
+    assert error.__cause__ is None and error.__context__ is None
+    # The traceback is the test's own frame and the wrapper's: no asyncio, no botocore.
+    frames = [f.filename for f in traceback.extract_tb(caught.tb)]
+    assert not [f for f in frames if "asyncio" in f or "botocore" in f], frames
+    return f"{type(error).__name__}: {error}"
 
 
 @pytest.mark.parametrize(
@@ -42,9 +52,12 @@ def load_error(spark: Any, options: dict[str, str]) -> str:
         ),
         (
             {"maxRecordPerShard": "10"},
-            "ConfigError: invalid configuration: maxrecordpershard: is not an option",
+            "ConfigError: invalid configuration: maxRecordPerShard: is not an option",
         ),
-        ({"failOnDataLoss": "maybe"}, "failOnDataLoss: must be true or false, got 'maybe'"),
+        (
+            {"failOnDataLoss": "maybe"},
+            "ConfigError: invalid configuration: failOnDataLoss: must be true or false, got 'maybe'",
+        ),
         (
             {"consumerType": "PUSH"},
             "ConfigError: invalid configuration: consumerType: must be POLLING or EFO "
@@ -56,22 +69,44 @@ def load_error(spark: Any, options: dict[str, str]) -> str:
         ),
     ],
 )
+@pytest.mark.parametrize("schema", [None, SCHEMA_DDL], ids=["inferred", "user-schema"])
 def test_bad_options_fail_at_load(
     spark: Any,
     moto: LocalAws,
     tmp_path: pathlib.Path,
     change: dict[str, str],
     expected: str,
+    schema: str | None,
 ) -> None:
     opts = {**source_options(moto, "any-stream", tmp_path), **change}
-    assert expected in load_error(spark, opts)
+    assert load_error(spark, opts, schema).startswith(expected)
 
 
+@pytest.mark.parametrize("schema", [None, SCHEMA_DDL], ids=["inferred", "user-schema"])
 def test_a_missing_stream_fails_at_load(
+    spark: Any, moto: LocalAws, tmp_path: pathlib.Path, unique_name: str, schema: str | None
+) -> None:
+    text = load_error(spark, source_options(moto, unique_name, tmp_path), schema)
+    assert text == f"StreamNotFoundError: stream '{unique_name}' does not exist"
+
+
+def test_without_the_load_check_spark_still_refuses_at_load(
     spark: Any, moto: LocalAws, tmp_path: pathlib.Path, unique_name: str
 ) -> None:
-    text = load_error(spark, source_options(moto, unique_name, tmp_path))
-    assert f"StreamNotFoundError: stream '{unique_name}' does not exist" in text
+    """A data source registered by hand (no wrapper): the source's own ``schema()`` checks,
+    and Spark wraps the error; its traceback holds no asyncio frames."""
+    from pyspark.errors import PySparkException
+
+    from kclasync.spark import load_checks
+
+    opts = {**source_options(moto, unique_name, tmp_path), "maxRecordsPerShard": "0"}
+    opts[load_checks.CHECKED] = "true"  # as if checked: only the parse runs in schema()
+    reader = spark.readStream.format("kinesis").options(**opts)
+    with pytest.raises(PySparkException) as caught:
+        type(reader).load.__wrapped__(reader)  # the unwrapped load
+    text = str(caught.value)
+    assert "ConfigError: invalid configuration: maxRecordsPerShard: must be between 1" in text
+    assert "asyncio" not in text
 
 
 def test_an_unreachable_endpoint_is_named_at_load(
