@@ -6,7 +6,9 @@ and at 1 record/s per shard.
 
 Kinesis is ``benchmarks/fake_kinesis.py`` (one process per point, the service's JSON wire
 format, records generated from memory: moto and kinesis-local cannot serve 2,000 shards' reads
-on this machine without becoming the bottleneck); DynamoDB is moto's server (its own process).
+on this machine without becoming the bottleneck); DynamoDB is ``benchmarks/fake_dynamodb.py``
+(``--dynamodb-standin moto`` for moto's server, which checks every condition but cannot take
+2,000 checkpoints a second).
 Each point runs in a fresh Python process of its own (``--point``), so resident memory is that
 point's: the process starts, notes its resident memory, starts a worker with a new lease table,
 waits until it holds every lease, lets ``--warmup`` seconds pass, then measures over
@@ -21,7 +23,7 @@ waits until it holds every lease, lets ``--warmup`` seconds pass, then measures 
   share of the failover time (``LeaseRenewals._sent_late`` is wrapped to collect every sample);
 * leases lost while the worker was alive (must be 0), and records processed per second.
 
-The failover time is ``--failover`` (60 s by default, so that moto's DynamoDB can answer 2,000
+The failover time is ``--failover`` (60 s by default, so that moto can also answer 2,000
 renewals per 20 s; renewals' share of a core scales with leases / failover time). With
 ``--plot``, CPU and memory against shards are drawn with matplotlib (dev dependency).
 """
@@ -30,13 +32,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -184,26 +187,14 @@ async def point(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_points(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from kclasync.testing.emulators import moto_process
-
-    results = []
-    with moto_process() as aws:
+    with dynamodb(args.dynamodb_standin) as endpoint:
+        results = []
         for rate in [float(r) for r in args.rates.split(",")]:
             for shards in [int(s) for s in args.shards.split(",")]:
                 cmd = [
-                    sys.executable,
-                    __file__,
-                    "--point",
-                    str(shards),
-                    str(rate),
-                    "--dynamodb",
-                    aws.endpoint_url,
-                    "--failover",
-                    str(args.failover),
-                    "--warmup",
-                    str(args.warmup),
-                    "--window",
-                    str(args.window),
+                    *(sys.executable, __file__, "--point", str(shards), str(rate)),
+                    *("--dynamodb", endpoint, "--failover", str(args.failover)),
+                    *("--warmup", str(args.warmup), "--window", str(args.window)),
                 ]
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
                 line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
@@ -214,6 +205,50 @@ def run_points(args: argparse.Namespace) -> list[dict[str, Any]]:
                 results.append(result)
                 print(row(result), flush=True)
     return results
+
+
+@contextlib.contextmanager
+def dynamodb(kind: str) -> Iterator[str]:
+    """The DynamoDB endpoint: ``fake`` (``fake_dynamodb.py``, conditions not checked) or
+    ``moto`` (moto's server: every condition checked, ~6 ms per write)."""
+    if kind == "moto":
+        from kclasync.testing.emulators import moto_process
+
+        with moto_process() as aws:
+            yield aws.endpoint_url
+        return
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "fake_dynamodb.py"), str(port)]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket_probe(port) as up:
+                if up:
+                    break
+            if time.monotonic() > deadline:
+                raise SystemExit("the DynamoDB stand-in did not start")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextlib.contextmanager
+def socket_probe(port: int) -> Iterator[bool]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+    except urllib.error.HTTPError:
+        yield True  # it answers (405 for a GET)
+    except OSError:
+        yield False
+    else:
+        yield True
 
 
 HEADER = (
@@ -261,6 +296,12 @@ def main() -> None:
     parser.add_argument("--failover", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=20.0)
     parser.add_argument("--window", type=float, default=60.0)
+    parser.add_argument(
+        "--dynamodb-standin",
+        choices=("fake", "moto"),
+        default="fake",
+        help="fake: fake_dynamodb.py (fast, conditions not checked); moto: every condition",
+    )
     parser.add_argument("--take-limit", type=float, default=600.0)
     parser.add_argument("--timeout", type=float, default=1200.0)
     parser.add_argument("--plot", default=None, help="write a PNG of CPU and memory vs shards")
