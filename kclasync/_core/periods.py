@@ -4,6 +4,7 @@ Owns: how often held leases are renewed (the KCL's failover / 3 - epsilon), how 
 scans (the KCL's 2 x (failover + epsilon) with early failover, failover + epsilon without), the
 registry heartbeat of early failover (off in the leader-based modes), when a registry entry
 that stood still means a dead worker, and how often the leader-based modes assign and discover.
+Also owns when renewals run late enough to say so (``renewal_round_due``, ``late_renewals``).
 Must not: hold settings or their defaults (``kclasync._config``), read a clock or do I/O.
 """
 
@@ -62,3 +63,23 @@ def discovery_interval(failover_time: float) -> float:
     """Leader-based modes: how often a worker looks for leases assigned to it: well within the
     failover time, so an assigned lease is renewed before the leader could judge it expired."""
     return failover_time / 3
+
+
+#: A renewal sent this share of the failover time after it was due is worth a WARNING: the
+#: lease has then lived that much of its failover time without a renewal on its way, and a
+#: worker whose loop is that busy is on its way to losing leases it is still processing.
+LATE_RENEWAL_SHARE = 0.1
+
+
+def renewal_round_due(due: float, interval: float, started: float) -> float:
+    """When the next renewal round is due, after the one due at ``due`` started at
+    ``started``: one interval after ``due``; but a worker that fell behind (the round started
+    more than an interval late) is not asked to catch up with rounds back to back: the next
+    one is due when this one started, so its lateness is the time this round took."""
+    return max(due + interval, started)
+
+
+def late_renewals(lateness: float, failover_time: float) -> bool:
+    """Whether a renewal sent ``lateness`` seconds after it was due is late enough to warn:
+    more than ``LATE_RENEWAL_SHARE`` of the failover time."""
+    return lateness > LATE_RENEWAL_SHARE * failover_time

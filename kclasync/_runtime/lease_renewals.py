@@ -36,6 +36,7 @@ from kclasync._core.held_lease import (
 )
 from kclasync._core.lease import CorruptLeaseError
 from kclasync._core.load_assignment import renewal_throughput
+from kclasync._core.periods import late_renewals, renewal_round_due
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.lease_handoffs import LeaseHandoffs
 from kclasync._runtime.worker_presence import WorkerPresence
@@ -56,17 +57,49 @@ class LeaseRenewals:
         presence: WorkerPresence,
         *,
         interval: float,
+        failover_time: float | None = None,
     ) -> None:
         self.held = held
         self.handoffs = handoffs
         self.presence = presence
         self.interval = interval
+        self.failover_time = failover_time if failover_time is not None else 3 * interval
+        #: The latest lateness (seconds) of a renewal, and the most seen: read by tests and
+        #: benchmarks; operators read the histogram.
+        self.last_lateness = 0.0
+        self.max_lateness = 0.0
+        self._warned_at: float | None = None
 
-    async def renew_all(self) -> None:
-        """Renew every held lease once, all at once."""
-        await asyncio.gather(*(self._renew(h) for h in list(self.held.values())))
+    async def renew_all(self, due: float | None = None) -> None:
+        """Renew every held lease once, all at once (``due``: when the round was due)."""
+        await asyncio.gather(*(self._renew(h, due) for h in list(self.held.values())))
 
-    async def _renew(self, held: HeldLease) -> None:
+    def _sent_late(self, due: float | None, sent: float) -> None:
+        """Record how late a renewal was sent, and warn (at most once a minute) when it was
+        late enough to put leases at risk (``core.periods.late_renewals``)."""
+        if due is None:
+            return
+        lateness = max(0.0, sent - due)
+        h = self.held
+        h.metrics.renewal_lateness.labels(*h.labels).observe(lateness)
+        self.last_lateness = lateness
+        self.max_lateness = max(self.max_lateness, lateness)
+        if not late_renewals(lateness, self.failover_time):
+            return
+        if self._warned_at is not None and sent - self._warned_at < 60.0:
+            return
+        self._warned_at = sent
+        log.warning(
+            "worker %s sends lease renewals late: %.2f s after they were due (%.0f %% of the "
+            "failover time, %d leases held); a worker that stays this busy loses leases it is "
+            "still processing: give it fewer shards (max_leases_for_worker) or more CPU",
+            h.worker_id,
+            lateness,
+            100 * lateness / self.failover_time,
+            len(h),
+        )
+
+    async def _renew(self, held: HeldLease, due: float | None = None) -> None:
         h = self.held
         async with h.lock(held):
             if held.lost:
@@ -80,6 +113,7 @@ class LeaseRenewals:
                 await self.handoffs.watch_incoming(held)
                 return
             sent = h.now()
+            self._sent_late(due, sent)
             verdict: Verdict | None = None
             delivered = held.bytes_delivered
             kbps = renewal_throughput(
@@ -130,10 +164,12 @@ class LeaseRenewals:
         """Renew every renewer interval (with the registry report, unless early failover's
         heartbeats write it)."""
         now = self.held.now
+        due = now()
         while True:
             started = now()
             if self.presence.heartbeat_interval is None:
-                await asyncio.gather(self.renew_all(), self.presence.report())
+                await asyncio.gather(self.renew_all(due), self.presence.report())
             else:  # the heartbeat loop writes the entry (``early_failover``)
-                await self.renew_all()
-            await asyncio.sleep(max(0.0, self.interval - (now() - started)))
+                await self.renew_all(due)
+            due = renewal_round_due(due, self.interval, started)
+            await asyncio.sleep(max(0.0, due - now()))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 _LOCK = threading.Lock()
 _BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, ConsumerMetrics] = (
@@ -35,6 +35,14 @@ class ConsumerMetrics:
             "kclasync_lease_renewal_failures_total",
             "Lease renewals that failed (lost lease or unreachable table)",
             (*_W, "reason"),
+            registry=r,
+        )
+        self.renewal_lateness = Histogram(
+            "kclasync_lease_renewal_lateness_seconds",
+            "How long after its due time each lease renewal was sent (a busy event loop or a "
+            "slow round of the worker's renewals)",
+            _W,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=r,
         )
         self.leases_lost = Counter(

@@ -209,7 +209,9 @@ def lease_coordinator(
         is_live=lambda worker: worker in taking.live_workers,
         worker_failover=presence.tracker.failover_time,
     )
-    renewals = LeaseRenewals(held, handoffs, presence, interval=renewer_interval)
+    renewals = LeaseRenewals(
+        held, handoffs, presence, interval=renewer_interval, failover_time=failover_time
+    )
     return LeaseCoordinator(
         held=held, taking=taking, renewals=renewals, handoffs=handoffs, presence=presence
     )

@@ -1,0 +1,75 @@
+"""Renewals sent late by a busy event loop are measured and reported before leases are lost: a
+task that holds the (virtual-time) loop for 1.5 s every 2 s delays the renewals of a worker
+whose failover time is 10 s; the worker records the lateness, warns, and keeps its leases."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from kclasync._simulation.clock import VirtualTimeLoop
+from tests.runtime.test_early_failover import FAILOVER, Fleet
+from tests.runtime.virtual import in_virtual_time
+from tests.support import wait_until
+
+
+async def hog(block: float, every: float) -> None:
+    """Hold the loop for ``block`` seconds of virtual time every ``every`` seconds, as a
+    CPU-bound callback would."""
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, VirtualTimeLoop)
+    while True:
+        await asyncio.sleep(every - block)
+        loop.clock.advance(block)  # nothing else runs meanwhile
+
+
+async def _run(block: float | None) -> tuple[float, int, int]:
+    fleet = Fleet()
+    worker = fleet.start("a")
+    hogging = asyncio.create_task(hog(block, 2.0)) if block else None
+    try:
+        await wait_until(lambda: len(fleet.table.leases) == 4, 20 * FAILOVER, "4 leases")
+        await wait_until(
+            lambda: len(worker.held_leases) == 4, 20 * FAILOVER, "the worker holding all 4"
+        )
+        await asyncio.sleep(6 * FAILOVER)
+        coordinator = worker._coordinator
+        assert coordinator is not None
+        renewals = coordinator.renewals
+        lost = sum(
+            int(sample.value)
+            for family in worker.metrics.leases_lost.collect()
+            for sample in family.samples
+            if sample.name.endswith("_total") and sample.labels.get("worker") == "a"
+        )
+        return renewals.max_lateness, len(worker.held_leases), lost
+    finally:
+        if hogging is not None:
+            hogging.cancel()
+        await fleet.close()
+
+
+@in_virtual_time
+async def test_a_busy_loop_makes_renewals_late_and_the_worker_says_so() -> None:
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("kclasync.leases")
+    logger.addHandler(handler)
+    try:
+        quiet, held_quiet, _ = await _run(None)
+        warned_quiet = [r for r in records if "sends lease renewals late" in r.getMessage()]
+        busy, held_busy, lost = await _run(1.5)
+    finally:
+        logger.removeHandler(handler)
+    warned = [r for r in records if "sends lease renewals late" in r.getMessage()]
+    assert quiet < 0.01 and not warned_quiet
+    assert busy >= 1.0  # up to the hog's 1.5 s
+    assert warned and all(r.levelno == logging.WARNING for r in warned)
+    # Late, but within the failover time: nothing lost.
+    assert held_quiet == held_busy == 4 and lost == 0
+
+
+pytestmark = pytest.mark.timeout(120)
