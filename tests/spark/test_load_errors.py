@@ -56,7 +56,8 @@ def load_error(spark: Any, options: dict[str, str], schema: str | None = None) -
         ),
         (
             {"failOnDataLoss": "maybe"},
-            "ConfigError: invalid configuration: failOnDataLoss: must be true or false, got 'maybe'",
+            "ConfigError: invalid configuration: failOnDataLoss: must be true or false, "
+            "got 'maybe'",
         ),
         (
             {"consumerType": "PUSH"},
