@@ -1,8 +1,11 @@
 """Creating the aiobotocore clients a consumer needs.
 
 Owns: turning the user's client options (a session, region, endpoint URL, credentials) into
-DynamoDB and Kinesis clients with timeouts and retry settings suited to lease renewal.
-Must not: hold protocol logic.
+DynamoDB and Kinesis clients with timeouts and retry settings suited to lease renewal. Every
+request of those clients goes out through aiobotocore's own HTTP session (aiohttp), signed by
+botocore's signer with the client's credentials, and is retried by botocore's retry handler.
+Must not: hold protocol logic, send or sign a request itself, or change a session or client the
+user passed in.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import attrs
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
-from kclasync._adapters import direct_requests, fast_parse, fast_requests
+from kclasync._adapters import fast_parse, fast_requests
 
 
 @attrs.frozen(kw_only=True)
@@ -44,10 +47,7 @@ class ClientOptions:
     fast_parsing: bool | None = None
     #: Skip per-call work whose result never changes on the clients kclasync creates (request
     #: parameter validation; rebuilding the User-Agent header for every request). The session,
-    #: yours or kclasync's, is not changed. On clients made from kclasync's own session (no
-    #: ``session`` passed in), the hot calls (lease ``UpdateItem``, ``GetRecords``) are also
-    #: built, signed and sent directly (``_adapters/direct_requests.py``). False: botocore's
-    #: request path for every call.
+    #: yours or kclasync's, is not changed. False: botocore's request path unchanged.
     fast_requests: bool = True
 
     def _kwargs(self, endpoint: str | None) -> dict[str, Any]:
@@ -101,18 +101,13 @@ class ClientOptions:
             raise TypeError(f"session must be an aiobotocore or aioboto3 session, got {session!r}")
         if not self.fast_requests:
             return made
-        return _with_fast_requests(made, direct=self.session is None)
+        return _with_fast_requests(made)
 
 
 @contextlib.asynccontextmanager
 async def _with_fast_requests(
-    made: contextlib.AbstractAsyncContextManager[Any], *, direct: bool
+    made: contextlib.AbstractAsyncContextManager[Any],
 ) -> AsyncIterator[Any]:
     async with made as client:
         fast_requests.install(client)
-        if direct:
-            direct_requests.enable(client)
-        try:
-            yield client
-        finally:
-            direct_requests.close(client)
+        yield client
