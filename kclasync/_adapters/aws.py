@@ -40,10 +40,10 @@ class ClientOptions:
     connect_timeout: float = 5.0
     read_timeout: float = 10.0
     max_attempts: int = 3
-    #: Parse GetRecords responses with kclasync's fast parser (same result as botocore's, a
-    #: fraction of the CPU). None: on for the session kclasync creates, off for a ``session``
-    #: you pass in (True installs it on yours too: it then applies to every client that session
-    #: creates afterwards); False: botocore's parser everywhere.
+    #: Parse GetRecords and DynamoDB item responses with kclasync's fast parser (same result as
+    #: botocore's, a fraction of the CPU), on the clients kclasync creates. None: on when
+    #: kclasync creates the session, off for clients made from a ``session`` you pass in; True:
+    #: on for those too (your session itself is not changed); False: botocore's parser.
     fast_parsing: bool | None = None
     #: Skip per-call work whose result never changes on the clients kclasync creates (request
     #: parameter validation; rebuilding the User-Agent header for every request). The session,
@@ -88,9 +88,7 @@ class ClientOptions:
         }.get(service) or self.endpoint_url
         if session is None:
             session = self.new_session()
-        if self.fast_parsing or (self.fast_parsing is None and self.session is None):
-            # aioboto3 keeps the aiobotocore session in ``_session``.
-            fast_parse.install(getattr(session, "_session", session))
+        parse = self.fast_parsing or (self.fast_parsing is None and self.session is None)
         kwargs = self._kwargs(endpoint)
         made: contextlib.AbstractAsyncContextManager[Any]
         if hasattr(session, "create_client"):  # aiobotocore AioSession
@@ -99,15 +97,19 @@ class ClientOptions:
             made = session.client(service, **kwargs)
         else:
             raise TypeError(f"session must be an aiobotocore or aioboto3 session, got {session!r}")
-        if not self.fast_requests:
+        if not (self.fast_requests or parse):
             return made
-        return _with_fast_requests(made)
+        return _lean(made, requests=self.fast_requests, parse=bool(parse))
 
 
 @contextlib.asynccontextmanager
-async def _with_fast_requests(
-    made: contextlib.AbstractAsyncContextManager[Any],
+async def _lean(
+    made: contextlib.AbstractAsyncContextManager[Any], *, requests: bool, parse: bool
 ) -> AsyncIterator[Any]:
+    """The client, with the fast request path and parser installed on it (not on its session)."""
     async with made as client:
-        fast_requests.install(client)
+        if requests:
+            fast_requests.install(client)
+        if parse:
+            fast_parse.install(client)
         yield client
