@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import math
 import os
 import random
 import statistics
@@ -214,11 +215,13 @@ async def measure(
                 puts.append(acked - t0)
                 while pk not in processed:
                     if time.perf_counter() - t0 > 60:
-                        raise RuntimeError(f"record {pk} not processed within 60 s")
+                        # Printed as inf: kinesis-local's fan-out has left a record that long.
+                        print(f"  record {pk} not processed within 60 s", flush=True)
+                        break
                     arrived.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(arrived.wait(), 1.0)
-                wakeups.append(processed[pk] - acked)
+                wakeups.append(processed[pk] - acked if pk in processed else math.inf)
     finally:
         await consumer.stop()
         await task
