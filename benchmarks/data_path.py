@@ -9,6 +9,12 @@ spent in kclasync's modules (everything outside botocore, aiohttp and the standa
 per record.
 
     uv run python benchmarks/data_path.py [--records 100000] [--shards 4] [--rounds 3]
+        [--kinesis-local] [--label NAME]
+
+``--kinesis-local`` reads the stream from kinesis-local (which keeps connections open, as AWS
+does) and keeps the lease table on moto. The script uses only public settings, so an earlier
+checkout of kclasync can be measured with it too (run with that checkout's environment), and the
+two ratios against the bare loop set side by side.
 
 ``--startup`` instead measures the wall time from ``run()`` to the first record of a lone
 worker: on an empty lease table, on one whose leases were released by a graceful stop, and on
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import os
 import pstats
@@ -40,7 +47,7 @@ from aiobotocore.session import get_session
 
 import kclasync
 from kclasync import Consumer, ConsumerConfig, Record
-from kclasync.testing.emulators import LocalAws, moto_process
+from kclasync.testing.emulators import LocalAws, kinesis_local, moto_process
 
 REGION = "us-east-1"
 CREDS = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
@@ -69,10 +76,14 @@ class Window:
         return (self.cpu1 - self.cpu0) / max(self.seen, 1) * 1e6
 
 
+def stream_url(aws: LocalAws) -> str:
+    return aws.kinesis_endpoint_url or aws.endpoint_url
+
+
 async def produce(aws: LocalAws, stream: str, shards: int, records: int) -> None:
     session = get_session()
     async with session.create_client(
-        "kinesis", region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
+        "kinesis", region_name=REGION, endpoint_url=stream_url(aws), **CREDS
     ) as client:
         await client.create_stream(StreamName=stream, ShardCount=shards)
         while True:
@@ -105,7 +116,7 @@ async def bare_loop(aws: LocalAws, stream: str, records: int) -> Window:
     window = Window(records)
     session = get_session()
     async with session.create_client(
-        "kinesis", region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
+        "kinesis", region_name=REGION, endpoint_url=stream_url(aws), **CREDS
     ) as client:
         shards = (await client.list_shards(StreamName=stream))["Shards"]
 
@@ -143,7 +154,10 @@ async def kclasync_run(aws: LocalAws, stream: str, records: int) -> Window:
         processor=handle,
         config=ConsumerConfig(initial_position="TRIM_HORIZON"),
         client_options=kclasync.ClientOptions(
-            region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
+            region_name=REGION,
+            endpoint_url=aws.endpoint_url,
+            kinesis_endpoint_url=aws.kinesis_endpoint_url,
+            **CREDS,
         ),
     )
     task = asyncio.create_task(consumer.run())
@@ -193,7 +207,7 @@ async def first_record(
 async def put_some(aws: LocalAws, stream: str, n: int = 20) -> None:
     """A few new records, so that a restarted worker has something after its checkpoint."""
     async with get_session().create_client(
-        "kinesis", region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
+        "kinesis", region_name=REGION, endpoint_url=stream_url(aws), **CREDS
     ) as client:
         await client.put_records(
             StreamName=stream,
@@ -236,13 +250,18 @@ def own_share(profile: cProfile.Profile, records: int) -> tuple[float, float]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    with moto_process() as aws:
+    with contextlib.ExitStack() as stack:
+        aws = stack.enter_context(moto_process())
+        if args.kinesis_local:
+            aws = stack.enter_context(kinesis_local(aws))
         stream = f"bench-{uuid.uuid4().hex[:6]}"
         t0 = time.perf_counter()
         await produce(aws, stream, args.shards, args.records)
         print(
             f"{args.records:,} records of ~100 B over {args.shards} shards written in "
-            f"{time.perf_counter() - t0:.1f}s (moto in its own process)"
+            f"{time.perf_counter() - t0:.1f}s ("
+            + ("kinesis-local" if args.kinesis_local else "moto")
+            + " in its own process)"
         )
         bare: list[float] = []
         ours: list[float] = []
@@ -263,6 +282,7 @@ async def main(args: argparse.Namespace) -> None:
         own_us, own_frac = own_share(profile, args.records)
     b_med, k_med = statistics.median(bare), statistics.median(ours)
     print()
+    print(f"[{args.label}] kclasync from {KCLASYNC_DIR}")
     print(f"{'client CPU per record (median)':<40}{'us':>10}{'ratio':>10}")
     print(f"{'bare aiobotocore GetRecords loop':<40}{b_med:>10.1f}{1.0:>10.2f}")
     print(f"{'kclasync':<40}{k_med:>10.1f}{k_med / b_med:>10.2f}")
@@ -279,6 +299,12 @@ if __name__ == "__main__":
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--kinesis-local",
+        action="store_true",
+        help="the stream on kinesis-local (keeps connections open), the lease table on moto",
+    )
+    parser.add_argument("--label", default="run", help="a name for this run in the output")
     parser.add_argument("--startup", action="store_true", help="run() to first record only")
     parser.add_argument("--idle", action="store_true", help="idle shards' cost (idle_shards.py)")
     if "--idle" in sys.argv[1:]:

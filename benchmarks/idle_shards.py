@@ -1,25 +1,28 @@
 """What idle shards cost: one worker holding every lease of a stream that carries no traffic.
 
-moto's server runs in its own process, so this process's CPU time is the worker's alone. For each
-mode a fresh application (lease table) takes all the stream's leases; once they are all held and
-WARMUP seconds have passed, the process CPU and the calls made are counted over WINDOW seconds.
-Then a record is put into an idle shard, one shard at a time, and the time from the put's
-acknowledgement to the record's processing is the wake-up latency (it must stay within the
+The emulators run in their own processes, so this process's CPU time is the worker's alone. For
+each mode a fresh application (lease table) takes all the stream's leases; once they are all held
+and WARMUP seconds have passed, the process CPU and the calls made are counted over WINDOW
+seconds. Then a record is put into an idle shard, one shard at a time, and the time from the
+put's acknowledgement to the record's processing is the wake-up latency (it must stay within the
 configured maximum idle time plus a call). The put's own time is printed apart ("put max"):
-moto's server sometimes takes half a second to answer one. The baseline mode is the behaviour
-before idle shards were made cheap (a fixed ``idle_time_between_reads``, botocore's request
-path), selected through settings, so every mode runs in this one process and the figures are
-printed as ratios against it. The modes without the direct request path
-(``_adapters/direct_requests.py``) turn it off for their run only; the mode "direct path
-through aiohttp" keeps it but sends through the client's aiohttp session instead of kclasync's
-own HTTP transport (``_adapters/http_transport.py``), as it did first.
+moto's server sometimes takes half a second to answer one. The first mode is botocore's request
+path as it is (``fast_requests=False``), selected through settings, so every mode runs in this
+one process and the figures are printed as ratios against it.
 
-    uv run python benchmarks/idle_shards.py [--shards 100] [--window 60] [--warmup 15] [--wakeups 5]
-        [--modes 0,1,2,3,4,5] [--keep-alive]
+The modes use only public settings, so the same script measures an earlier checkout of kclasync
+too: run it with that checkout's environment (its own ``uv run``) and the figures of both can be
+set side by side (``--label`` names the run).
+
+    uv run python benchmarks/idle_shards.py [--shards 100] [--window 60] [--warmup 15]
+        [--wakeups 5] [--modes 0,1,2] [--keep-alive | --kinesis-local] [--label NAME]
 
 ``--keep-alive`` puts a proxy process between the worker and moto that keeps the worker's
 connections open (``benchmarks/keepalive_proxy.py``), to see what a call costs when
-connections are reused, as they are on AWS (moto closes each one).
+connections are reused, as they are on AWS (moto closes each one). ``--kinesis-local`` reads the
+stream from kinesis-local (which keeps connections open, as AWS does) and keeps the lease table
+on moto; its mode 3 is enhanced fan-out (through kinesis-local's relay, in its own process:
+``benchmarks/fanout_relay.py``).
 
 Also ``benchmarks/data_path.py --idle`` (same options).
 """
@@ -29,20 +32,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
+import math
 import os
 import random
 import statistics
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 from aiobotocore.session import get_session
 
+import kclasync
 from kclasync import ClientOptions, Consumer, ConsumerConfig, Record
-from kclasync._adapters import aws as aws_clients
-from kclasync._adapters import direct_requests, http_transport
-from kclasync.testing.emulators import LocalAws, free_port, moto_process
+from kclasync.testing.emulators import LocalAws, free_port, kinesis_local, moto_process
 
 REGION = "us-east-1"
 CREDS = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
@@ -54,46 +59,29 @@ class Mode:
     name: str
     config: dict[str, object]
     options: dict[str, object]
-    direct: bool = True
-    #: The direct path sends through kclasync's own HTTP transport (False: through aiohttp).
-    transport: bool = True
+    #: Only on kinesis-local (fan-out: moto has no SubscribeToShard).
+    fanout: bool = False
 
 
 MODES = (
-    Mode(
-        "before (fixed 1.5 s, botocore requests)",
-        {"max_idle_time_between_reads": 1.5},
-        {"fast_requests": False},
-    ),
-    Mode("fixed 1.5 s, fast requests, no direct path", {}, {}, direct=False),
-    Mode("fixed 1.5 s, direct path through aiohttp", {}, {}, transport=False),
-    Mode("defaults (fixed 1.5 s, fast + direct)", {}, {}),
-    Mode(
-        "max idle 6 s, fast requests, no direct path",
-        {"max_idle_time_between_reads": 6.0},
-        {},
-        direct=False,
-    ),
-    Mode("max idle 6 s, fast + direct", {"max_idle_time_between_reads": 6.0}, {}),
+    Mode("botocore requests (fast_requests=False)", {}, {"fast_requests": False}),
+    Mode("defaults (fixed 1.5 s)", {}, {}),
+    Mode("max idle 6 s", {"max_idle_time_between_reads": 6.0}, {}),
+    Mode("enhanced fan-out", {"retrieval": "fanout"}, {}, fanout=True),
 )
 
 
-@contextlib.contextmanager
-def direct_path(on: bool, transport: bool = True) -> Iterator[None]:
-    """The direct request path on (as shipped) or off (clients keep botocore's path); with
-    ``transport`` False it sends through the client's aiohttp session, as before
-    ``_adapters/http_transport.py``."""
-    enable = aws_clients.direct_requests.enable
-    for_session = http_transport.for_session
-    if not on:
-        aws_clients.direct_requests.enable = lambda client: None  # type: ignore[assignment]
-    if not transport:
-        http_transport.for_session = lambda session: None  # type: ignore[assignment]
+def direct_counts(clients: Sequence[Any]) -> tuple[int, int] | None:
+    """(direct calls, fallbacks) where the kclasync measured has a direct request path."""
     try:
-        yield
-    finally:
-        aws_clients.direct_requests.enable = enable  # type: ignore[method-assign]
-        http_transport.for_session = for_session
+        direct = importlib.import_module("kclasync._adapters.direct_requests")
+    except ImportError:
+        return None
+    callers = [direct.caller_for(c) for c in clients]
+    return (
+        sum(c.direct for c in callers if c is not None),
+        sum(c.fallbacks for c in callers if c is not None),
+    )
 
 
 @attrs.frozen
@@ -107,14 +95,17 @@ class Figures:
     puts: tuple[float, ...]  # seconds each put took (moto's server sometimes takes 0.5 s)
     lost: float  # leases lost in the window (renewals late on a loaded machine)
     bound: float  # the configured maximum idle time
-    direct: int  # calls made on the direct path (the whole run)
-    fallbacks: int  # direct attempts made again through botocore
+    direct: tuple[int, int] | None  # direct calls and fallbacks (a direct path only)
+
+
+def stream_url(aws: LocalAws) -> str:
+    return aws.kinesis_endpoint_url or aws.endpoint_url
 
 
 async def make_stream(aws: LocalAws, stream: str, shards: int) -> dict[str, str]:
     """The stream, and one explicit hash key inside each shard, by shard id."""
     async with get_session().create_client(
-        "kinesis", region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
+        "kinesis", region_name=REGION, endpoint_url=stream_url(aws), **CREDS
     ) as client:
         await client.create_stream(StreamName=stream, ShardCount=shards)
         while True:
@@ -148,6 +139,7 @@ async def measure(
     mode: Mode,
     args: argparse.Namespace,
     worker_url: str,
+    kinesis_url: str | None,
 ) -> Figures:
     processed: dict[str, float] = {}
     arrived = asyncio.Event()
@@ -170,6 +162,7 @@ async def measure(
         client_options=ClientOptions(
             region_name=REGION,
             endpoint_url=worker_url,
+            kinesis_endpoint_url=kinesis_url,
             **CREDS,
             **mode.options,  # type: ignore[arg-type]
         ),
@@ -198,14 +191,12 @@ async def measure(
         calls = sum(calls1.values()) + sum(writes1.values())
         calls -= sum(calls0.values()) + sum(writes0.values())
         lost = lost_leases(consumer) - lost0
-        callers = [direct_requests.caller_for(c._client) for c in (store, kinesis)]  # type: ignore[attr-defined]
-        direct = sum(c.direct for c in callers if c is not None)
-        fallbacks = sum(c.fallbacks for c in callers if c is not None)
+        direct = direct_counts([c._client for c in (store, kinesis)])  # type: ignore[attr-defined]
         wakeups: list[float] = []
         puts: list[float] = []
         rng = random.Random(args.seed)
         async with get_session().create_client(
-            "kinesis", region_name=REGION, endpoint_url=aws.endpoint_url, **CREDS
+            "kinesis", region_name=REGION, endpoint_url=stream_url(aws), **CREDS
         ) as producer:
             for i in range(args.wakeups):
                 # A random moment within the shards' idle cycle, into a shard held right now (on
@@ -224,11 +215,13 @@ async def measure(
                 puts.append(acked - t0)
                 while pk not in processed:
                     if time.perf_counter() - t0 > 60:
-                        raise RuntimeError(f"record {pk} not processed within 60 s")
+                        # Printed as inf: kinesis-local's fan-out has left a record that long.
+                        print(f"  record {pk} not processed within 60 s", flush=True)
+                        break
                     arrived.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(arrived.wait(), 1.0)
-                wakeups.append(processed[pk] - acked)
+                wakeups.append(processed[pk] - acked if pk in processed else math.inf)
     finally:
         await consumer.stop()
         await task
@@ -243,11 +236,13 @@ async def measure(
         lost=lost,
         bound=config.effective_max_idle_time,
         direct=direct,
-        fallbacks=fallbacks,
     )
 
 
 async def main(args: argparse.Namespace) -> None:
+    modes = [MODES[int(i)] for i in args.modes.split(",")]
+    if not args.kinesis_local:
+        modes = [m for m in modes if not m.fanout]  # moto has no SubscribeToShard
     with contextlib.ExitStack() as stack:
         aws = stack.enter_context(moto_process())
         worker_url = aws.endpoint_url
@@ -255,6 +250,13 @@ async def main(args: argparse.Namespace) -> None:
             from keepalive_proxy import keepalive_proxy
 
             worker_url = stack.enter_context(keepalive_proxy(aws.endpoint_url, free_port()))
+        relay: str | None = None
+        if args.kinesis_local:
+            aws = stack.enter_context(kinesis_local(aws))
+            if any(m.fanout for m in modes):
+                from fanout_relay import relay_process
+
+                relay = stack.enter_context(relay_process(stream_url(aws)))
         stream = f"idle-{uuid.uuid4().hex[:6]}"
         hash_keys = await make_stream(aws, stream, args.shards)
         async with get_session().create_client(
@@ -262,35 +264,41 @@ async def main(args: argparse.Namespace) -> None:
         ) as ddb:
             await ddb.list_tables()  # moto loads its DynamoDB code on the first call
         results: list[tuple[Mode, Figures]] = []
-        for mode in [MODES[int(i)] for i in args.modes.split(",")]:
-            with direct_path(mode.direct, mode.transport):
-                figures = await measure(aws, stream, hash_keys, mode, args, worker_url)
+        for mode in modes:
+            kinesis_url = relay if mode.fanout else aws.kinesis_endpoint_url
+            figures = await measure(aws, stream, hash_keys, mode, args, worker_url, kinesis_url)
             results.append((mode, figures))
             print(f"  {mode.name}: {figures}", flush=True)
     base = results[0][1]
     print()
+    where = (
+        "the stream on kinesis-local (connections kept open), the lease table on moto"
+        if args.kinesis_local
+        else "moto"
+    )
     print(
-        f"{args.shards} idle shards, one worker, {args.window:g} s window "
-        f"(after all leases were held + {args.warmup:g} s); moto in its own process"
+        f"[{args.label}] kclasync from {os.path.dirname(kclasync.__file__)}: {args.shards} idle "
+        f"shards, one worker, {args.window:g} s window (after all leases were held + "
+        f"{args.warmup:g} s); {where}, in their own processes"
         + (", the worker's connections kept open by a proxy process" if args.keep_alive else "")
     )
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     header = (
-        f"{'mode':<46}{'% core':>8}{'ratio':>7}{'CPU s/shard-h':>15}{'ms/call':>9}"
+        f"{'mode':<42}{'% core':>8}{'ratio':>7}{'CPU s/shard-h':>15}{'ms/call':>9}"
         f"{'GetRecords/shard-h':>20}{'lease writes/shard-h':>22}"
         f"{'wake-up med/max s':>19}{'bound s':>9}{'put max s':>11}{'lost':>6}"
         f"{'direct/fallback':>17}"
     )
     print(header)
     for mode, f in results:
+        direct = "-" if f.direct is None else f"{f.direct[0]}/{f.direct[1]}"
         print(
-            f"{mode.name:<46}{f.cpu_share * 100:>8.1f}{f.cpu_share / base.cpu_share:>7.2f}"
+            f"{mode.name:<42}{f.cpu_share * 100:>8.1f}{f.cpu_share / base.cpu_share:>7.2f}"
             f"{f.cpu_per_shard_hour:>15.2f}{f.cpu_ms_per_call:>9.2f}"
             f"{f.get_records_per_shard_hour:>20.0f}"
             f"{f.lease_writes_per_shard_hour:>22.0f}"
             f"{statistics.median(f.wakeups):>10.2f}/{max(f.wakeups):<8.2f}{f.bound:>9.2f}"
-            f"{max(f.puts):>11.2f}{f.lost:>6.0f}"
-            f"{f.direct:>10}/{f.fallbacks:<6}"
+            f"{max(f.puts):>11.2f}{f.lost:>6.0f}{direct:>17}"
         )
 
 
@@ -306,6 +314,12 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="the worker reaches moto through a proxy process that keeps its connections open"
         " (as AWS does; moto closes every one)",
     )
+    parser.add_argument(
+        "--kinesis-local",
+        action="store_true",
+        help="the stream on kinesis-local (keeps connections open), the lease table on moto",
+    )
+    parser.add_argument("--label", default="run", help="a name for this run in the output")
     parser.add_argument(
         "--modes", default=",".join(str(i) for i in range(len(MODES))), help="indexes of MODES"
     )

@@ -1,8 +1,11 @@
 """Creating the aiobotocore clients a consumer needs.
 
 Owns: turning the user's client options (a session, region, endpoint URL, credentials) into
-DynamoDB and Kinesis clients with timeouts and retry settings suited to lease renewal.
-Must not: hold protocol logic.
+DynamoDB and Kinesis clients with timeouts and retry settings suited to lease renewal. Every
+request of those clients goes out through aiobotocore's own HTTP session (aiohttp), signed by
+botocore's signer with the client's credentials, and is retried by botocore's retry handler.
+Must not: hold protocol logic, send or sign a request itself, or change a session or client the
+user passed in.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import attrs
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
-from kclasync._adapters import direct_requests, fast_parse, fast_requests
+from kclasync._adapters import fast_parse, fast_requests
 
 
 @attrs.frozen(kw_only=True)
@@ -37,17 +40,14 @@ class ClientOptions:
     connect_timeout: float = 5.0
     read_timeout: float = 10.0
     max_attempts: int = 3
-    #: Parse GetRecords responses with kclasync's fast parser (same result as botocore's, a
-    #: fraction of the CPU). None: on for the session kclasync creates, off for a ``session``
-    #: you pass in (True installs it on yours too: it then applies to every client that session
-    #: creates afterwards); False: botocore's parser everywhere.
+    #: Parse GetRecords and DynamoDB item responses with kclasync's fast parser (same result as
+    #: botocore's, a fraction of the CPU), on the clients kclasync creates. None: on when
+    #: kclasync creates the session, off for clients made from a ``session`` you pass in; True:
+    #: on for those too (your session itself is not changed); False: botocore's parser.
     fast_parsing: bool | None = None
     #: Skip per-call work whose result never changes on the clients kclasync creates (request
     #: parameter validation; rebuilding the User-Agent header for every request). The session,
-    #: yours or kclasync's, is not changed. On clients made from kclasync's own session (no
-    #: ``session`` passed in), the hot calls (lease ``UpdateItem``, ``GetRecords``) are also
-    #: built, signed and sent directly (``_adapters/direct_requests.py``). False: botocore's
-    #: request path for every call.
+    #: yours or kclasync's, is not changed. False: botocore's request path unchanged.
     fast_requests: bool = True
 
     def _kwargs(self, endpoint: str | None) -> dict[str, Any]:
@@ -88,9 +88,7 @@ class ClientOptions:
         }.get(service) or self.endpoint_url
         if session is None:
             session = self.new_session()
-        if self.fast_parsing or (self.fast_parsing is None and self.session is None):
-            # aioboto3 keeps the aiobotocore session in ``_session``.
-            fast_parse.install(getattr(session, "_session", session))
+        parse = self.fast_parsing or (self.fast_parsing is None and self.session is None)
         kwargs = self._kwargs(endpoint)
         made: contextlib.AbstractAsyncContextManager[Any]
         if hasattr(session, "create_client"):  # aiobotocore AioSession
@@ -99,20 +97,19 @@ class ClientOptions:
             made = session.client(service, **kwargs)
         else:
             raise TypeError(f"session must be an aiobotocore or aioboto3 session, got {session!r}")
-        if not self.fast_requests:
+        if not (self.fast_requests or parse):
             return made
-        return _with_fast_requests(made, direct=self.session is None)
+        return _lean(made, requests=self.fast_requests, parse=bool(parse))
 
 
 @contextlib.asynccontextmanager
-async def _with_fast_requests(
-    made: contextlib.AbstractAsyncContextManager[Any], *, direct: bool
+async def _lean(
+    made: contextlib.AbstractAsyncContextManager[Any], *, requests: bool, parse: bool
 ) -> AsyncIterator[Any]:
+    """The client, with the fast request path and parser installed on it (not on its session)."""
     async with made as client:
-        fast_requests.install(client)
-        if direct:
-            direct_requests.enable(client)
-        try:
-            yield client
-        finally:
-            direct_requests.close(client)
+        if requests:
+            fast_requests.install(client)
+        if parse:
+            fast_parse.install(client)
+        yield client

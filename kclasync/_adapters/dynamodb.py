@@ -1,8 +1,6 @@
 """The lease table on DynamoDB (aiobotocore), with the KCL's fenced conditional writes.
 
 Owns: the DynamoDB calls behind ``LeaseStore`` and the mapping of AWS errors to adapter errors.
-The conditional ``UpdateItem`` writes go through ``direct_requests.call`` (direct on clients
-made from kclasync's own session; the same results and exceptions as botocore's call).
 Each write's condition comes from ``_core.lease_rules`` (compiled by ``dynamo_conditions``).
 Must not: decide anything about the protocol (which lease to take, when it expires, which
 condition a write carries).
@@ -17,7 +15,6 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kclasync._adapters import direct_requests
 from kclasync._adapters import lease_codec as c
 from kclasync._adapters.dynamo_conditions import conditional
 from kclasync._adapters.protocols import LeaseScan
@@ -183,15 +180,11 @@ class DynamoLeaseStore:
         try:
             async with _mapped_errors(op):
                 self._count(op)
-                resp = await direct_requests.call(
-                    self._client,
-                    "UpdateItem",
-                    {
-                        "TableName": self.table_name,
-                        "Key": {c.LEASE_KEY: {"S": key}},
-                        "ReturnValues": "ALL_NEW",
-                        **kwargs,
-                    },
+                resp = await self._client.update_item(
+                    TableName=self.table_name,
+                    Key={c.LEASE_KEY: {"S": key}},
+                    ReturnValues="ALL_NEW",
+                    **kwargs,
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

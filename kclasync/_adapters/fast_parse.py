@@ -1,5 +1,5 @@
-"""A faster parse of Kinesis GetRecords responses and of DynamoDB item responses, for the
-sessions kclasync creates itself.
+"""A faster parse of Kinesis GetRecords responses and of DynamoDB item responses, on the
+clients kclasync creates.
 
 botocore parses every response by walking the operation's output shape, and turns each epoch
 timestamp into a datetime through dateutil's ``tzlocal()``: for GetRecords that walk and the
@@ -12,9 +12,9 @@ members (``B``, ``BS``: base64 decoded to bytes), so each one is checked and cop
 operation, every error and anything unexpected in a body (an unknown member, a null, a wrong
 type, ``ConsumedCapacity``) goes through botocore's parser unchanged.
 
-Owns: the response parser factory installed on sessions kclasync creates (``install``).
-Must not: touch a session the user passed in (``ClientOptions.fast_parsing`` says so), or decide
-anything about records or leases.
+Owns: the response parser factory installed on one client kclasync created (``install``).
+Must not: touch a session (the client's endpoint holds its own factory), or decide anything
+about records or leases.
 """
 
 from __future__ import annotations
@@ -204,7 +204,10 @@ class FastParserFactory(_ParserFactory):  # type: ignore[misc]
         return super().create_parser(protocol_name)
 
 
-def install(session: Any) -> None:
-    """Make clients created from ``session`` from now on parse GetRecords and DynamoDB's item
-    outputs the fast way."""
-    session.register_component("response_parser_factory", FastParserFactory())
+def install(client: Any) -> None:
+    """Make ``client`` parse GetRecords and DynamoDB's item outputs the fast way (its endpoint
+    creates a parser per response from this factory)."""
+    endpoint = getattr(client, "_endpoint", None)
+    if endpoint is None or not hasattr(endpoint, "_response_parser_factory"):
+        return  # another aiobotocore: botocore's parser
+    endpoint._response_parser_factory = FastParserFactory()

@@ -1,9 +1,8 @@
 """Kinesis Data Streams (aiobotocore) behind ``StreamClient``.
 
 Owns: ListShards paging and filters, GetShardIterator, GetRecords (and the checking of its
-responses: ``records_result``), and the mapping of AWS errors. GetRecords goes through
-``direct_requests.call`` (direct on clients made from kclasync's own session; the same results
-and exceptions as botocore's call).
+responses: ``records_result``), and the mapping of AWS errors. Every call is the client's own
+(botocore's request path, retries and exceptions).
 Must not: retry or back off (the runtime decides), or decide anything about leases.
 """
 
@@ -17,7 +16,6 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kclasync._adapters import direct_requests
 from kclasync._adapters.protocols import (
     ChildShard,
     ExpiredIteratorError,
@@ -239,9 +237,7 @@ class KinesisStreamClient:
     ) -> GetRecordsResult:
         async with _mapped_errors("GetRecords", stream, shard_id):
             self._count("get_records")
-            resp = await direct_requests.call(
-                self._client, "GetRecords", {"ShardIterator": iterator, "Limit": limit}
-            )
+            resp = await self._client.get_records(ShardIterator=iterator, Limit=limit)
         return records_result(resp, stream, shard_id)
 
     # -- producing (demo, tests and tools; not part of StreamClient) -------------------------

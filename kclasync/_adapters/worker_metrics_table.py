@@ -4,8 +4,7 @@ one-time removal of earlier kclasync registry items from the lease table.
 Owns: the DynamoDB calls behind ``WorkerRegistry``: creating the table as the KCL does (HASH
 ``wid`` S, PAY_PER_REQUEST), writing an entry with UpdateItem (``lut``, ``sts``, ``opr`` and
 kclasync's ``impl`` marker only, so attributes a newer KCL adds, such as ``sup``/``slu``,
-survive), a strongly consistent paged scan, and deleting an entry. The writes and scans (a
-worker's steady heartbeats and reads) go through ``direct_requests.call``.
+survive), a strongly consistent paged scan, and deleting an entry.
 Item layout: ``core.worker_metrics``.
 Must not: decide anything (liveness, validity and the migration's key selection are the core's).
 """
@@ -17,7 +16,6 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kclasync._adapters import direct_requests
 from kclasync._adapters.dynamodb import _code, _mapped_errors, ensure_table
 from kclasync._core import worker_metrics as wm
 from kclasync._core import worker_metrics_item as wi
@@ -67,16 +65,12 @@ class DynamoWorkerMetrics:
             update += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(stale)))
         async with _mapped_errors("UpdateItem"):
             self._count("report")
-            await direct_requests.call(
-                self._client,
-                "UpdateItem",
-                {
-                    "TableName": self.table_name,
-                    "Key": {wi.WORKER_ID: item[wi.WORKER_ID]},
-                    "UpdateExpression": update,
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": values,
-                },
+            await self._client.update_item(
+                TableName=self.table_name,
+                Key={wi.WORKER_ID: item[wi.WORKER_ID]},
+                UpdateExpression=update,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
             )
 
     async def list_workers(self) -> wi.DecodedEntries:
@@ -85,7 +79,7 @@ class DynamoWorkerMetrics:
         while True:
             async with _mapped_errors("Scan"):
                 self._count("list_workers")
-                resp = await direct_requests.call(self._client, "Scan", kwargs)
+                resp = await self._client.scan(**kwargs)
             items.extend(resp.get("Items", []))
             if "LastEvaluatedKey" not in resp:
                 break

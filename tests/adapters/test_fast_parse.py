@@ -188,3 +188,31 @@ async def test_child_shards_and_odd_bodies_parse_the_same() -> None:
         _assert_same(await fast.parse(dict(raw), shape), await slow.parse(dict(raw), shape))
     not_json = {"status_code": 200, "headers": {}, "body": b"<html>oops</html>"}
     assert await fast.parse(dict(not_json), shape) == await slow.parse(dict(not_json), shape)
+
+
+async def test_a_session_passed_in_is_not_changed(moto: LocalAws, unique_name: str) -> None:
+    """fast_parsing=True applies to the clients kclasync makes from your session, not to the
+    session: a client you make from it afterwards keeps botocore's parser."""
+    from aiobotocore.session import get_session
+
+    from kclasync._adapters.fast_parse import FastParserFactory
+
+    session = get_session()
+    before = session.get_component("response_parser_factory")
+    options = moto.client_options(session=session, fast_parsing=True)
+    async with options.create_client("kinesis") as ours:
+        assert isinstance(ours._endpoint._response_parser_factory, FastParserFactory)
+        await ours.create_stream(StreamName=unique_name, ShardCount=1)
+        async with session.create_client(
+            "kinesis",
+            region_name="us-east-1",
+            endpoint_url=moto.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        ) as yours:
+            assert session.get_component("response_parser_factory") is before
+            assert not isinstance(yours._endpoint._response_parser_factory, FastParserFactory)
+            await yours.describe_stream_summary(StreamName=unique_name)
+    default = moto.client_options(session=session)  # fast_parsing None: off on your session
+    async with default.create_client("kinesis") as plain:
+        assert not isinstance(plain._endpoint._response_parser_factory, FastParserFactory)
