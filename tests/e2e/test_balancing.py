@@ -12,7 +12,7 @@ import pytest
 
 from kclasync import Consumer
 from kclasync.testing.emulators import LocalAws
-from tests.support import Aws, Tally, aws_for, wait_until
+from tests.support import Aws, Tally, aws_for, stop_all, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -56,9 +56,7 @@ async def running(*consumers: Consumer) -> AsyncIterator[list[asyncio.Task[None]
     try:
         yield tasks
     finally:
-        for c in consumers:
-            await c.stop()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_all(consumers, tasks)
 
 
 async def test_scale_out_one_to_four_balances_in_one_round_without_duplicates(
