@@ -24,23 +24,29 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: Test folders whose tests start a JVM: never more than one of them at a time.
 JVM_FOLDERS = ("spark", "interop")
+#: Test folders with the longest tests that are not JVM tests: scheduled right after them.
+EARLY_FOLDERS = ("simulation",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The JVM tests are one xdist group, and come first: they are the longest share of the
-    suite on one worker (about 7 minutes), so they start while the other workers take the rest."""
+    suite on one worker (about 7 minutes), so they start while the other workers take the rest.
+    The simulation's long CPU-bound runs (sweeps, soak) come next, so they do not end last."""
     tests = ROOT / "tests"
     jvm: list[pytest.Item] = []
+    early: list[pytest.Item] = []
     rest: list[pytest.Item] = []
     for item in items:
         parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
         if parts and parts[0] in JVM_FOLDERS:
             item.add_marker(pytest.mark.xdist_group("jvm"))
             jvm.append(item)
+        elif parts and parts[0] in EARLY_FOLDERS:
+            early.append(item)
         else:
             rest.append(item)
-    items[:] = jvm + rest
+    items[:] = jvm + early + rest
 
 
 @contextlib.contextmanager
