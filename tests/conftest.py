@@ -1,11 +1,18 @@
 """Shared fixtures: one moto server process per test session, on 127.0.0.1, and kinesis-local
-(Kinesis only; DynamoDB stays on moto) for the tests that reshard."""
+(Kinesis only; DynamoDB stays on moto) for the tests that reshard.
+
+The suite runs on pytest-xdist workers (``addopts``): each worker is a session of its own, with
+its own moto and kinesis-local on free ports. The tests that start a JVM (Spark, the Java KCL)
+are one ``xdist_group``, so ``--dist loadgroup`` runs them one after another on one worker."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import pathlib
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -14,6 +21,43 @@ import pytest
 from kclasync.testing.emulators import LocalAws, find_kinesis_local, kinesis_local, moto_process
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+#: Test folders whose tests start a JVM: never more than one of them at a time.
+JVM_FOLDERS = ("spark", "interop")
+#: Test folders with the longest tests that are not JVM tests: scheduled right after them.
+EARLY_FOLDERS = ("simulation",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The JVM tests are one xdist group, and come first: they are the longest share of the
+    suite on one worker (about 7 minutes), so they start while the other workers take the rest.
+    The simulation's long CPU-bound runs (sweeps, soak) come next, so they do not end last."""
+    tests = ROOT / "tests"
+    jvm: list[pytest.Item] = []
+    early: list[pytest.Item] = []
+    rest: list[pytest.Item] = []
+    for item in items:
+        parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
+        if parts and parts[0] in JVM_FOLDERS:
+            item.add_marker(pytest.mark.xdist_group("jvm"))
+            jvm.append(item)
+        elif parts and parts[0] in EARLY_FOLDERS:
+            early.append(item)
+        else:
+            rest.append(item)
+    items[:] = jvm + early + rest
+
+
+@contextlib.contextmanager
+def _locked(path: pathlib.Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (xdist workers setting up the same thing wait in turn)."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
@@ -28,10 +72,13 @@ def kinesis(moto: LocalAws) -> Iterator[LocalAws]:
     from package-lock.json first when ``npm ci`` has not been run yet."""
     script = find_kinesis_local(str(ROOT))
     if script is None:
-        npm = shutil.which("npm")
-        assert npm is not None, "npm is needed to install kinesis-local (see package.json)"
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=ROOT, check=True)
-        script = find_kinesis_local(str(ROOT))
+        with _locked(pathlib.Path(tempfile.gettempdir()) / "kclasync-npm-ci.lock"):
+            script = find_kinesis_local(str(ROOT))  # another worker may have installed it
+            if script is None:
+                npm = shutil.which("npm")
+                assert npm is not None, "npm is needed to install kinesis-local (see package.json)"
+                subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=ROOT, check=True)
+                script = find_kinesis_local(str(ROOT))
     assert script is not None, "npm ci did not install kinesis-local"
     with kinesis_local(moto, script=script) as aws:
         yield aws

@@ -50,6 +50,28 @@ async def wait_until(
         await asyncio.sleep(0.05)
 
 
+#: Seconds a graceful stop of the consumers of a test may take: the pipelines' shutdown
+#: (``shutdown_timeout`` in ``FAST``), the releases and leaving the registry, on a loaded machine.
+STOP_LIMIT = 90.0
+
+
+async def stop_all(
+    consumers: Sequence[Consumer], tasks: Sequence[asyncio.Task[None]], limit: float = STOP_LIMIT
+) -> None:
+    """Stop ``consumers`` gracefully and wait for their ``run()`` ``tasks``; a stop that does not
+    finish within ``limit`` fails the test (the tasks are then cancelled) instead of hanging it."""
+    try:
+        async with asyncio.timeout(limit):
+            for c in consumers:
+                await c.stop()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    except TimeoutError as exc:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise AssertionError(f"the consumers did not stop within {limit}s") from exc
+
+
 class Aws:
     """Clients for one test: a stream client with producing helpers and a lease store."""
 

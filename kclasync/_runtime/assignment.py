@@ -316,7 +316,8 @@ class AssignmentDiscovery:
                 await asyncio.sleep(delay)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), delay)
+                    async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can lose a cancel
+                        await wake.wait()
                 wake.clear()
 
 

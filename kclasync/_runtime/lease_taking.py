@@ -243,7 +243,8 @@ class LeaseTaking:
                 await asyncio.sleep(delay)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), delay)
+                    async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can lose a cancel
+                        await wake.wait()
                 if wake.is_set():
                     cause = "woken"
                 wake.clear()

@@ -278,7 +278,8 @@ class ShardConsumer:
             if children is not None:
                 return children
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._shutdown.wait(), delay)
+                async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can lose a cancel
+                    await self._shutdown.wait()
             if self._shutdown.is_set():
                 return None
             delay = min(delay * 2, self.config.max_backoff)

@@ -390,4 +390,5 @@ class FanOutServer:
     async def _wait_for_change(self, timeout: float) -> None:
         async with self._changed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can lose a cancel
+                    await self._changed.wait()

@@ -126,7 +126,9 @@ async def test_graceful_stop_releases_leases_for_immediate_takeover(
         second = await aws.produce(300)
         b = aws.consumer(tally.handler("b"), worker_id="b", failover_time=failover)
         task = asyncio.create_task(b.run())
-        # Had a kept its leases, b could not take them before a full failover time.
+        # Counted from b's start, not from run() (clients and tables are plain I/O, slow on a
+        # loaded machine): had a kept its leases, b could not take them before a full failover.
+        await wait_until(lambda: b.health["running"], 30, "b to start")
         took = await wait_until(lambda: len(b.held_leases) == 3, failover * 0.5, "b's takeover")
         assert took < failover
         await wait_until(lambda: tally.seen(second), 30, "b to process the rest")

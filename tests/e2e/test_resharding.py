@@ -25,7 +25,7 @@ from kclasync._core.streams import parse_multi_stream_key
 from kclasync._processor import Checkpointer, ShardInfo
 from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws
-from tests.support import Aws, aws_for, fast_config, wait_until
+from tests.support import Aws, aws_for, fast_config, stop_all, wait_until
 
 pytestmark = pytest.mark.asyncio
 log = logging.getLogger("tests.resharding")
@@ -219,9 +219,7 @@ async def running(consumers: Sequence[Consumer]) -> AsyncIterator[list[asyncio.T
     try:
         yield tasks
     finally:
-        for c in consumers:
-            await c.stop()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_all(consumers, tasks)
 
 
 def report(name: str, **figures: object) -> None:
