@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
+from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
 from kclasync._records import Record
 from kclasync._runtime.worker import Worker
@@ -58,8 +59,7 @@ def consumer(
         application_name="app",
         processor=ignore,
         config=ConsumerConfig(**settings),  # type: ignore[arg-type]
-        lease_store=MemoryLeaseStore(table),
-        stream_client=client,
+        backend=AdapterBackend(MemoryLeaseStore(table), client),
         registry=CollectorRegistry(),
         rng=random.Random(name),
     )
