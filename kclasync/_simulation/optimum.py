@@ -1,14 +1,16 @@
 """The best possible assignment, as a yardstick for the assignment policies.
 
 Owns: for a set of shard rates (KB/s) and worker capacities (KB/s at 100 % CPU), the lowest
-max/mean utilisation any assignment of whole shards reaches (``best_ratio``: integer programs
-solved with HiGHS through ``highspy``, iterated on the ratio by Dinkelbach's method, with a
-proven lower bound when a time limit cuts the search short), the bin-packing lower bound of the
-highest utilisation (``max_util_lower_bound``), and the fewest lease moves from a given
-assignment that reach within a factor of that optimum (``fewest_moves``).
+max/mean utilisation any assignment of whole shards reaches (``best_ratio``: an integer program
+solved with HiGHS through ``highspy``, with a proven lower bound when its time limit cuts the
+search short), the bin-packing lower bound of the highest utilisation
+(``max_util_lower_bound``), and the fewest lease moves from a given assignment that reach
+within a factor of that optimum (``fewest_moves``).
 
-Utilisation of worker w is ``sum of its shards' rates / capacity_w``; the mean is over the
-workers, so it depends on the assignment too (load put on a small worker raises it).
+Utilisation of worker w is ``sum of its shards' rates / capacity_w``; the mean is the fleet's,
+``total rate / total capacity`` (the same for every assignment), so the lowest max/mean is the
+lowest highest utilisation. An unweighted mean over workers would reward loading the small
+workers (each KB/s there counts more), which is no goal of an operator.
 
 Must not: be imported by the library's runtime or planners. ``highspy`` is a development
 dependency: it is imported lazily, and a clear error says how to install it.
@@ -28,7 +30,6 @@ __all__ = [
     "fewest_moves",
     "greedy_assignment",
     "max_util_lower_bound",
-    "ratio_lower_bound",
     "ratio_of",
 ]
 
@@ -68,12 +69,13 @@ class Optimum:
 def ratio_of(
     assignment: Mapping[str, str], rates: Mapping[str, float], capacities: Mapping[str, float]
 ) -> float:
-    """Max/mean utilisation of ``assignment`` (shard -> worker) over ``capacities``' workers."""
+    """Max/mean utilisation of ``assignment`` (shard -> worker) over ``capacities``' workers,
+    the mean being the fleet's: total rate / total capacity."""
     util = dict.fromkeys(capacities, 0.0)
     for shard, worker in assignment.items():
         util[worker] += rates[shard] / capacities[worker]
-    mean = sum(util.values()) / len(util)
-    return max(util.values()) / mean if mean > 0 else 1.0
+    fleet = sum(rates[s] for s in assignment) / sum(capacities.values())
+    return max(util.values()) / fleet if fleet > 0 else 1.0
 
 
 def max_util_lower_bound(rates: Mapping[str, float], capacities: Mapping[str, float]) -> float:
@@ -83,37 +85,6 @@ def max_util_lower_bound(rates: Mapping[str, float], capacities: Mapping[str, fl
         sum(rates.values()) / sum(capacities.values()),
         max(rates.values(), default=0.0) / max(capacities.values()),
     )
-
-
-def ratio_lower_bound(rates: Mapping[str, float], capacities: Mapping[str, float]) -> float:
-    """A lower bound of max/mean utilisation without a solver (shards split freely, but the
-    highest utilisation at least ``max_util_lower_bound``). For a highest utilisation z the
-    mean is largest with the smallest workers filled to z and the rest of the load on the next
-    one; z / that mean only grows past each breakpoint's segment ends, so its minimum over
-    z >= the bound is at the bound or at a breakpoint."""
-    total = sum(rates.values())
-    caps = sorted(capacities.values())
-    n = len(caps)
-    if total <= 0 or n < 2:
-        return 1.0
-
-    def mean_at_most(z: float) -> float:
-        left, filled = total, 0.0
-        for cap in caps:
-            take = min(left, z * cap)
-            filled += take / cap
-            left -= take
-        return filled / n if left <= 1e-12 * total else math.inf
-
-    low = max_util_lower_bound(rates, capacities)
-    points = [low]
-    prefix = 0.0
-    for cap in caps:
-        prefix += cap
-        if total / prefix > low:
-            points.append(total / prefix)
-    ratios = [z / mean_at_most(z) for z in points if mean_at_most(z) < math.inf]
-    return max(1.0, min(ratios)) if ratios else 1.0
 
 
 def greedy_assignment(
@@ -130,7 +101,7 @@ def greedy_assignment(
 
 
 class _Model:
-    """x[s, w] binary (shard s on worker w), then u_max and m (mean utilisation), continuous."""
+    """x[s, w] binary (shard s on worker w), then u_max, continuous."""
 
     def __init__(
         self, rates: Mapping[str, float], capacities: Mapping[str, float], time_limit: float
@@ -141,15 +112,15 @@ class _Model:
         self.workers = sorted(capacities)
         n_s, n_w = len(self.shards), len(self.workers)
         self.n_x = n_s * n_w
-        self.z, self.m = self.n_x, self.n_x + 1
+        self.z = self.n_x
         h = hs.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("time_limit", float(time_limit))
         h.setOptionValue("mip_rel_gap", 1e-4)
         h.setOptionValue("threads", 1)
         inf = hs.kHighsInf
-        n = self.n_x + 2
-        h.addVars(n, [0.0] * n, [1.0] * self.n_x + [inf, inf])
+        n = self.n_x + 1
+        h.addVars(n, [0.0] * n, [1.0] * self.n_x + [inf])
         h.changeColsIntegrality(
             self.n_x, list(range(self.n_x)), [hs.HighsVarType.kInteger] * self.n_x
         )
@@ -157,17 +128,12 @@ class _Model:
         for i in range(n_s):
             idx = [i * n_w + j for j in range(n_w)]
             h.addRow(1.0, 1.0, n_w, idx, [1.0] * n_w)
-        # u_w - z <= 0 for every worker; m = mean utilisation.
-        m_idx: list[int] = []
-        m_val: list[float] = []
+        # u_w - z <= 0 for every worker.
         for j, w in enumerate(self.workers):
             cap = capacities[w]
             idx = [i * n_w + j for i in range(n_s)] + [self.z]
             val = [rates[s] / cap for s in self.shards] + [-1.0]
             h.addRow(-inf, 0.0, len(idx), idx, val)
-            m_idx += idx[:-1]
-            m_val += [v / n_w for v in val[:-1]]
-        h.addRow(0.0, 0.0, len(m_idx) + 1, [*m_idx, self.m], [*m_val, -1.0])
         self.h = h
         self.rates, self.capacities = rates, capacities
 
@@ -175,7 +141,7 @@ class _Model:
         return shard_index * len(self.workers) + worker_index
 
     def start(self, assignment: Mapping[str, str]) -> None:
-        values = [0.0] * (self.n_x + 2)
+        values = [0.0] * (self.n_x + 1)
         wi = {w: j for j, w in enumerate(self.workers)}
         util = dict.fromkeys(self.workers, 0.0)
         for i, s in enumerate(self.shards):
@@ -183,7 +149,6 @@ class _Model:
             values[self.col(i, wi[w])] = 1.0
             util[w] += self.rates[s] / self.capacities[w]
         values[self.z] = max(util.values())
-        values[self.m] = sum(util.values()) / len(util)
         sol = self.hs.HighsSolution()
         sol.col_value = values
         sol.value_valid = True
@@ -205,49 +170,30 @@ class _Model:
 
 
 def best_ratio(
-    rates: Mapping[str, float],
-    capacities: Mapping[str, float],
-    *,
-    time_limit: float = 10.0,
-    iterations: int = 6,
+    rates: Mapping[str, float], capacities: Mapping[str, float], *, time_limit: float = 10.0
 ) -> Optimum:
-    """The lowest max/mean utilisation over assignments of whole shards (see the module doc).
-
-    Dinkelbach: with lam the best ratio so far, minimise ``u_max - lam * m``; a negative
-    minimum gives an assignment with a lower ratio, a zero one proves lam optimal. Each integer
-    program gets ``time_limit`` seconds; when one stops early, its dual bound F still bounds
-    every assignment: ``u_max / m >= lam + F / m_min``, with m_min the lowest possible mean."""
+    """The lowest max/mean utilisation over assignments of whole shards (see the module doc):
+    one integer program minimising the highest utilisation, started from the greedy
+    assignment; skipped when the greedy one already meets the lower bound."""
     rates = {s: r for s, r in rates.items() if r > 0}
     if not rates or len(capacities) < 2:
         return Optimum(1.0, 1.0, greedy_assignment(rates, capacities), True)
+    fleet = sum(rates.values()) / sum(capacities.values())
     best = greedy_assignment(rates, capacities)
-    lam = ratio_of(best, rates, capacities)
-    n_w = len(capacities)
-    m_min = sum(rates.values()) / max(capacities.values()) / n_w
-    lower = ratio_lower_bound(rates, capacities)
-    proven = lower >= lam * (1 - 2e-3)
-    if proven:
-        return Optimum(lam, lower, best, True)
+    found_ratio = ratio_of(best, rates, capacities)
+    lower = max_util_lower_bound(rates, capacities) / fleet
+    if lower >= found_ratio * (1 - 1e-3):
+        return Optimum(found_ratio, lower, best, True)
     model = _Model(rates, capacities, time_limit)
-    # Stop within 0.1 % of the ratio: the objective is near 0 at the optimum, so a relative
-    # gap would never close; an absolute one in units of the ratio does.
-    model.h.setOptionValue("mip_abs_gap", 1e-3 * lam * m_min)
-    for _ in range(iterations):
-        model.h.changeColsCost(2, [model.z, model.m], [1.0, -lam])
-        model.start(best)
-        found, _, bound = model.solve()
-        bound = min(bound, 0.0)
-        lower = max(lower, lam + bound / m_min)
-        if lower >= lam * (1 - 2e-3):
-            proven = True
-            break
-        if found is not None:
-            ratio = ratio_of(found, rates, capacities)
-            if ratio < lam * (1 - 1e-6):
-                best, lam = found, ratio
-                continue
-        break
-    return Optimum(lam, min(lower, lam), best, proven)
+    model.h.setOptionValue("mip_rel_gap", 1e-3)
+    model.h.changeColsCost(1, [model.z], [1.0])
+    model.start(best)
+    found, _, bound = model.solve()
+    if found is not None and ratio_of(found, rates, capacities) < found_ratio:
+        best, found_ratio = found, ratio_of(found, rates, capacities)
+    lower = max(lower, bound / fleet) if math.isfinite(bound) else lower
+    lower = min(lower, found_ratio)
+    return Optimum(found_ratio, lower, best, lower >= found_ratio * (1 - 1e-3))
 
 
 def fewest_moves(
@@ -270,19 +216,15 @@ def fewest_moves(
     model = _Model(rates, capacities, time_limit)
     h = model.h
     wi = {w: j for j, w in enumerate(model.workers)}
-    # u_w <= target * m for every worker (u_max is free here).
-    for j, w in enumerate(model.workers):
-        cap = capacities[w]
-        idx = [model.col(i, j) for i in range(len(model.shards))] + [model.m]
-        val = [rates[s] / cap for s in model.shards] + [-target_ratio]
-        h.addRow(-model.hs.kHighsInf, 0.0, len(idx), idx, val)
+    # u_max <= target * the fleet's utilisation.
+    fleet = sum(rates.values()) / sum(capacities.values())
+    h.changeColBounds(model.z, 0.0, target_ratio * fleet)
     stay = [
         model.col(i, wi[owner])
         for i, s in enumerate(model.shards)
         if (owner := current.get(s)) is not None and owner in wi
     ]
     h.changeColsCost(len(stay), stay, [-1.0] * len(stay))
-    h.changeColsCost(1, [model.z], [0.0])
     if start is not None and ratio_of(start, rates, capacities) <= target_ratio:
         model.start(start)
     found, _, bound = model.solve()

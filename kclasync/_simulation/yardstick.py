@@ -66,9 +66,10 @@ def _optimum(
     return found
 
 
-def _ratio(utils: Mapping[str, float]) -> float:
-    mean = sum(utils.values()) / len(utils)
-    return max(utils.values()) / mean if mean > 0 else 1.0
+def _ratio(utils: Mapping[str, float], capacities: Mapping[str, float]) -> float:
+    """Highest utilisation over the fleet's (processed / capacity, summed over workers)."""
+    fleet = sum(u * capacities[w] for w, u in utils.items()) / sum(capacities.values())
+    return max(utils.values()) / fleet if fleet > 0 else 1.0
 
 
 def _runs(scenario: LoadScenario, start: float, settled: float) -> int:
@@ -100,7 +101,7 @@ def judge(scenario: LoadScenario, end: float, *, time_limit: float = 2.0) -> lis
             if len(caps) < 2:
                 continue
             last = _optimum(rates, caps, time_limit)
-            xs.append((t, _ratio(utils) / last.ratio))
+            xs.append((t, _ratio(utils, caps) / last.ratio))
         if last is None:
             continue
         settled: float | None = None
