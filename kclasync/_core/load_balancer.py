@@ -51,8 +51,8 @@ class BalancerSettings:
     """``trigger_percent``: rebalance only when a worker is above the fleet's level + this (or
     above the unmovable peak + this, when that is higher; or above its operating range; or a
     worker has nothing). ``target_percent``: once triggered, plan until no worker is above
-    level (or peak) + this. ``min_gain_percent``: a move must lower the higher load of its two workers by
-    at least this share of the mean for each lease it moves (noise guard).
+    level (or peak) + this. ``min_gain_percent``: a move must lower the higher load of its two
+    workers by at least this share of the mean for each lease it moves (noise guard).
     ``noise_floor_percent``: a worker whose load is its measured CPU (no capacity) counts as
     outside a band only when it is also this many CPU points from the mean (at a mean of a few
     percent, 10 % of it is well below the noise of one reading); predicted loads have no such
