@@ -173,6 +173,21 @@ def main() -> None:
         print()
     print("**all classes**\n")
     print(summary(everything, policies))
+    gaps = [
+        (v.optimum - v.lower_bound) / v.optimum
+        for rs in everything.values()
+        for r in rs
+        for v in r.verdicts
+    ]
+    print(f"\nlargest gap between the optimum found and its proven bound: {max(gaps):.2%}")
+    if "kcl3" in everything and "load" in everything:
+        worse = [
+            f"{a.policy} run {i}"
+            for i, (a, b) in enumerate(zip(everything["load"], everything["kcl3"], strict=True))
+            if statistics.fmean(v.x_final for v in a.verdicts)
+            > statistics.fmean(v.x_final for v in b.verdicts)
+        ]
+        print(f"runs where load's mean x of optimum is worse than kcl3's: {worse or 'none'}")
     print(f"\nwall time {time.monotonic() - started:.0f} s")
 
 
