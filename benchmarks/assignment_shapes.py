@@ -119,9 +119,9 @@ def table(cls: str, results: dict[str, list[ScenarioResult]], policies: Sequence
 
 
 def summary(results: dict[str, list[ScenarioResult]], policies: Sequence[str]) -> str:
-    head = "| policy | changes within 1.10x in <= 3 runs | moved <= 1.5x fewest "
-    head += "| mean x of optimum | worst x | moved / fewest (sum) |"
-    lines = [head, "|---|---|---|---|---|---|"]
+    head = "| policy | changes within 1.10x in <= 3 runs | moved <= 1.5x fewest (+1) "
+    head += "| strictly | mean x of optimum | worst x | moved / fewest (sum) |"
+    lines = [head, "|---|---|---|---|---|---|---|"]
     for policy in policies:
         verdicts = [v for r in results[policy] for v in r.verdicts]
         if not verdicts:
@@ -130,9 +130,10 @@ def summary(results: dict[str, list[ScenarioResult]], policies: Sequence[str]) -
             v.runs is not None and v.runs <= 3 and v.x_final <= SETTLE_FACTOR for v in verdicts
         )
         cheap = sum(v.moved <= 1.5 * v.fewest + 1 for v in verdicts)
+        strict = sum(v.moved <= 1.5 * v.fewest for v in verdicts)
         xs = [v.x_final for v in verdicts]
         lines.append(
-            f"| {policy} | {ok}/{len(verdicts)} | {cheap}/{len(verdicts)} | "
+            f"| {policy} | {ok}/{len(verdicts)} | {cheap}/{len(verdicts)} | {strict} | "
             f"{statistics.fmean(xs):.3f} | {max(xs):.2f} | "
             f"{sum(v.moved for v in verdicts)} / {sum(v.fewest for v in verdicts)} |"
         )
