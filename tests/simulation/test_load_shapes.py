@@ -15,9 +15,9 @@ pytest.importorskip("highspy")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from assignment_shapes import case, run  # noqa: E402
+from assignment_shapes import case, run
 
-from kclasync._simulation.yardstick import SETTLE_FACTOR  # noqa: E402
+from kclasync._simulation.yardstick import SETTLE_FACTOR
 
 
 @pytest.mark.parametrize(("cls", "seed"), [("small", 0), ("medium", 1)])
