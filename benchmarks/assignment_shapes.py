@@ -11,8 +11,9 @@ the fewest moves that reach within 1.05x of it from the owners at the change.
 The seeds are split before any tuning: the TUNING seeds are the ones the planner was tuned on;
 the HELD_OUT seeds were never looked at while tuning. Both are reported.
 
-    flock /tmp/heavy.lock uv run python benchmarks/assignment_shapes.py [--set tuning|held-out]
-        [--classes small,medium,hot,large] [--policies balanced,kcl3,load] [--change-every 300]
+    flock /tmp/heavy.lock uv run python benchmarks/assignment_shapes.py
+        [--set tuning|held-out|held-out-2] [--classes small,medium,hot,large]
+        [--policies balanced,kcl3,load] [--change-every 300]
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ CAPACITY_CHOICES = (1000.0, 1400.0, 2000.0, 3000.0, 4000.0)
 TUNING = {"small": (0, 1, 2, 3), "medium": (0, 1, 2), "hot": (0, 1, 2), "large": (0,)}
 HELD_OUT = {"small": (100, 101, 102, 103), "medium": (100, 101, 102), "hot": (100, 101, 102),
             "large": (100,)}  # fmt: skip
+#: A second held-out set, drawn after a held-out failure led to a fix (the receivers searched
+#: for a hot lease), so that the fix is judged on shapes nobody looked at.
+HELD_OUT_2 = {"small": (200, 201, 202, 203), "medium": (200, 201, 202), "hot": (200, 201, 202),
+              "large": (200,)}  # fmt: skip
 #: (workers range, shards range) per class; every class draws the skew from 0.8-1.6.
 CLASSES = {
     "small": ((2, 3), (8, 16)),
@@ -142,13 +147,13 @@ def summary(results: dict[str, list[ScenarioResult]], policies: Sequence[str]) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", choices=("tuning", "held-out"), default="tuning")
+    parser.add_argument("--set", choices=("tuning", "held-out", "held-out-2"), default="tuning")
     parser.add_argument("--classes", default="small,medium,hot,large")
     parser.add_argument("--policies", default="balanced,kcl3,load")
     parser.add_argument("--change-every", type=float, default=300.0)
     parser.add_argument("--verbose", action="store_true", help="one line per run and change")
     args = parser.parse_args()
-    seeds = TUNING if args.set == "tuning" else HELD_OUT
+    seeds = {"tuning": TUNING, "held-out": HELD_OUT, "held-out-2": HELD_OUT_2}[args.set]
     policies = tuple(args.policies.split(","))
     everything: dict[str, list[ScenarioResult]] = {p: [] for p in policies}
     started = time.monotonic()

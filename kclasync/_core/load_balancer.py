@@ -186,6 +186,17 @@ _Entry = tuple[float, str, LeaseLoad]
 # Donors tried from the most loaded and receivers from the least loaded, per step: keeps a plan
 # for hundreds of workers fast; each step still strictly improves, so convergence is unchanged.
 _SEARCH_WIDTH = 12
+# ... plus the few workers where a lease costs least (the largest): a hot lease may fit only
+# there, and in a large fleet those need not be among the least loaded.
+_CHEAPEST = 3
+
+
+def _receivers(model: LoadModel, donor: str, lightest: list[str]) -> list[str]:
+    """The receivers searched for ``donor``: the least loaded, then the cheapest."""
+    out = [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]
+    cheapest = sorted(model.workers, key=lambda wid: (model.rate[wid], model.load[wid], wid))
+    out += [wid for wid in cheapest if wid != donor and wid not in out][:_CHEAPEST]
+    return out
 
 
 class _Holdings:
@@ -232,8 +243,8 @@ def _best_move(
         if not held.entries:
             continue
         best: tuple[float, str, str, LeaseLoad] | None = None
-        receivers = [wid for wid in lightest if wid != donor and model.load[wid] < before]
-        for receiver in receivers[:_SEARCH_WIDTH]:
+        receivers = [wid for wid in _receivers(model, donor, lightest) if model.load[wid] < before]
+        for receiver in receivers:
             rate_d, rate_r = model.rate[donor], model.rate[receiver]
             if rate_d + rate_r <= 0:
                 continue
@@ -273,7 +284,7 @@ def _best_swap(
     for donor in donors[:_SEARCH_WIDTH]:
         before = model.load[donor]
         found: list[tuple[float, int, str, str, LeaseLoad, list[LeaseLoad]]] = []
-        for receiver in [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]:
+        for receiver in _receivers(model, donor, lightest):
             held = movable[receiver].entries
             if not held:
                 continue

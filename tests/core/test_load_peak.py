@@ -93,3 +93,19 @@ def test_a_peak_still_above_the_floor_is_brought_down() -> None:
     )
     moves = plan_load_aware(snapshot).moves
     assert moves and all(m.from_worker == "big" and m.lease_key != "big-0" for m in moves)
+
+
+def test_a_hot_lease_is_offered_to_the_largest_worker_even_when_it_is_not_among_the_lightest() -> (
+    None
+):
+    # The hot lease (2800 KB/s) sits on a 3000 KB/s worker: 93 %. Only the 4000 KB/s worker can
+    # carry it (70 %), by an exchange for its light leases; it runs at 30 %, so in a fleet of
+    # sixteen it is not among the twelve least loaded the search tried first. Before, the
+    # planner found nothing and left the peak at 93 %.
+    spec: dict[str, tuple[float, list[float]]] = {
+        "mid": (3000.0, [2800.0]),
+        "big": (4000.0, [100.0] * 12),
+    }
+    spec |= {f"small{i:02d}": (1000.0, [100.0, 100.0]) for i in range(14)}
+    moves = plan_load_aware(_fleet(spec)).moves
+    assert any(m.lease_key == "mid-0" and m.to_worker == "big" for m in moves), moves
