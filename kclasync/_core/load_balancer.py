@@ -54,8 +54,8 @@ class BalancerSettings:
     level (or peak) + this. ``min_gain_percent``: a move must lower the higher load of its two
     workers by at least this share of the mean for each lease it moves (noise guard).
     ``noise_floor_percent``: a worker whose load is its measured CPU (no capacity) counts as
-    outside a band only when it is also this many CPU points from the mean (at a mean of a few
-    percent, 10 % of it is well below the noise of one reading); predicted loads have no such
+    outside a band only when it is also this many CPU points above the level (at a level of a
+    few percent, 10 % of it is well below the noise of one reading); predicted loads have no such
     floor. ``max_moves``: cap per plan (None: no cap)."""
 
     trigger_percent: float = 10.0
@@ -191,12 +191,15 @@ _SEARCH_WIDTH = 12
 _CHEAPEST = 3
 
 
-def _receivers(model: LoadModel, donor: str, lightest: list[str]) -> list[str]:
+def _receivers(donor: str, lightest: list[str], cheapest: list[str]) -> list[str]:
     """The receivers searched for ``donor``: the least loaded, then the cheapest."""
     out = [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]
-    cheapest = sorted(model.workers, key=lambda wid: (model.rate[wid], model.load[wid], wid))
     out += [wid for wid in cheapest if wid != donor and wid not in out][:_CHEAPEST]
     return out
+
+
+def _by_cost(model: LoadModel) -> list[str]:
+    return sorted(model.workers, key=lambda wid: (model.rate[wid], model.load[wid], wid))
 
 
 class _Holdings:
@@ -237,14 +240,16 @@ def _best_move(
     min_gain = model.mean() * settings.min_gain_percent / 100
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
+    cheapest = _by_cost(model)
     for donor in donors[:_SEARCH_WIDTH]:
         before = model.load[donor]
         held = movable[donor]
         if not held.entries:
             continue
         best: tuple[float, str, str, LeaseLoad] | None = None
-        receivers = [wid for wid in _receivers(model, donor, lightest) if model.load[wid] < before]
-        for receiver in receivers:
+        for receiver in _receivers(donor, lightest, cheapest):
+            if model.load[receiver] >= before:
+                continue
             rate_d, rate_r = model.rate[donor], model.rate[receiver]
             if rate_d + rate_r <= 0:
                 continue
@@ -281,10 +286,11 @@ def _best_swap(
     min_gain = model.mean() * settings.min_gain_percent / 100
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
+    cheapest = _by_cost(model)
     for donor in donors[:_SEARCH_WIDTH]:
         before = model.load[donor]
         found: list[tuple[float, int, str, str, LeaseLoad, list[LeaseLoad]]] = []
-        for receiver in _receivers(model, donor, lightest):
+        for receiver in _receivers(donor, lightest, cheapest):
             held = movable[receiver].entries
             if not held:
                 continue
