@@ -76,14 +76,16 @@ class ConsumerConfig:
         validator=_optional_positive,
         metadata=_meta("s", kcl="leaseAssignmentIntervalMillis"),
     )
-    #: Leader-based modes: rebalance only when some worker's load is outside the fleet mean +-
-    #: this percentage (or above its operating range). ``kcl3``: reBalanceThresholdPercentage.
+    #: Leader-based modes: rebalance only when a worker's load is too far from the fleet's.
+    #: ``load``: above the capacity-weighted level (or an unmovable hot lease's peak) + this
+    #: percentage, or above its operating range. ``kcl3``: outside the mean +- this
+    #: (reBalanceThresholdPercentage).
     rebalance_threshold_percent: float = attrs.field(
         default=10.0,
         validator=_positive,
         metadata=_meta("%", kcl="reBalanceThresholdPercentage"),
     )
-    #: ``load``: once triggered, plan moves until every worker is within the mean +- this
+    #: ``load``: once triggered, plan moves until no worker is above the level (or peak) + this
     #: percentage (at most ``rebalance_threshold_percent``).
     rebalance_target_percent: float = attrs.field(
         default=5.0, validator=_non_negative, metadata=_meta("%")

@@ -292,6 +292,16 @@ class LoadModel:
     def mean(self) -> float:
         return sum(self.load.values()) / len(self.load) if self.load else 0.0
 
+    def level(self) -> float:
+        """The fleet's load: the mean weighted by capacity (1 / rate), i.e. the load every
+        worker would have if the total were spread in proportion to capacity. Unlike the plain
+        mean it does not move when load goes from a large worker to a small one."""
+        weights = {wid: 1.0 / r for wid, r in self.rate.items() if r > 0}
+        total = sum(weights.get(wid, 0.0) for wid in self.load)
+        if total <= 0:
+            return self.mean()
+        return sum(load * weights.get(wid, 0.0) for wid, load in self.load.items()) / total
+
 
 def _needs_owner(lease: LeaseLoad, live: Mapping[str, WorkerLoad]) -> bool:
     return lease.owner is None or lease.expired or lease.owner not in live

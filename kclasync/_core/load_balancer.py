@@ -1,10 +1,13 @@
 """kclasync's load-aware assignment policy: one plan that balances the fleet in one round.
 
-Owns: ``plan_load_aware``, the default policy of the leader. It first places unowned and
-expired leases (``assign_unowned``), then, if some worker is outside the trigger band around the
-mean load (or above its operating range), moves leases one at a time, each time choosing the
-move that lowers the higher of the two workers' *predicted* loads the most, and re-plans against
-the loads predicted after that move. Compared with the KCL 3.x variance decider:
+Owns: ``plan_load_aware``, the default policy of the leader, and ``peak_floor``. It first
+places unowned and expired leases (``assign_unowned``), then, if some worker is above the
+trigger band over the fleet's capacity-weighted level (or over the unmovable peak: the hottest
+lease alone on its cheapest worker, when that is higher), above its operating range, or has
+nothing while the fleet has load, moves leases one at a time, each time choosing the move that
+lowers the higher of the two workers' *predicted* loads the most, and re-plans against the
+loads predicted after that move. A worker below the level is no reason to move by itself: the
+fleet is sized for its most loaded worker. Compared with the KCL 3.x variance decider:
 
 - it plans the whole correction at once against predicted loads instead of taking a dampened
   fraction of each donor's excess every third run, so one round reaches the band;
@@ -40,18 +43,19 @@ from kclasync._core.load_assignment import (
     lease_throughputs,
 )
 
-__all__ = ["BalancerSettings", "plan_load_aware"]
+__all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
 
 
 @dataclass(frozen=True, slots=True)
 class BalancerSettings:
-    """``trigger_percent``: rebalance only when a worker is outside mean +- this (or above its
-    operating range). ``target_percent``: once triggered, plan until every worker is within
-    mean +- this. ``min_gain_percent``: a move must lower the higher load of its two workers by
-    at least this share of the mean for each lease it moves (noise guard).
+    """``trigger_percent``: rebalance only when a worker is above the fleet's level + this (or
+    above the unmovable peak + this, when that is higher; or above its operating range; or a
+    worker has nothing). ``target_percent``: once triggered, plan until no worker is above
+    level (or peak) + this. ``min_gain_percent``: a move must lower the higher load of its two
+    workers by at least this share of the mean for each lease it moves (noise guard).
     ``noise_floor_percent``: a worker whose load is its measured CPU (no capacity) counts as
-    outside a band only when it is also this many CPU points from the mean (at a mean of a few
-    percent, 10 % of it is well below the noise of one reading); predicted loads have no such
+    outside a band only when it is also this many CPU points above the level (at a level of a
+    few percent, 10 % of it is well below the noise of one reading); predicted loads have no such
     floor. ``max_moves``: cap per plan (None: no cap)."""
 
     trigger_percent: float = 10.0
@@ -83,13 +87,40 @@ def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None =
     return Plan(assignments=tuple(assignments), moves=tuple(moves))
 
 
-def _outside(model: LoadModel, band_percent: float, floor: float = 0.0) -> bool:
-    mean = model.mean()
-    band = mean * band_percent / 100
+def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str, float]) -> float:
+    """A load no plan can bring the most loaded worker below: the hottest lease alone on the
+    worker where it costs least, and what is pinned (sticky leases, leases in handoff) on each
+    worker. Above the fleet's level, the balance is judged against it: moves that level the
+    other workers below an unmovable peak do not lower the peak."""
+    live = model.workers
+    hottest = max(
+        (throughputs[lease.key] for lease in snapshot.leases if not lease.expired),
+        default=0.0,
+    )
+    cheapest = min((r for r in model.rate.values() if r > 0), default=0.0)
+    pinned = dict.fromkeys(live, 0.0)
+    for lease in snapshot.leases:
+        if lease.owner in pinned and not lease.expired and (lease.sticky or lease.in_handoff):
+            pinned[lease.owner] += model.cost(lease.owner, throughputs[lease.key])
+    return max(hottest * cheapest, max(pinned.values(), default=0.0))
+
+
+def _outside(model: LoadModel, band_percent: float, floor: float = 0.0, peak: float = 0.0) -> bool:
+    """Whether the fleet is out of balance: a worker above the fleet's level + band (or, when
+    an unmovable peak is higher, above that peak + band), or above its operating range, or a
+    worker with nothing assigned while the fleet has load (a newcomer). A measured load must
+    also be ``floor`` points above the level (noise). A worker below the level is no reason to
+    move by itself: the highest load is what the fleet is sized for, and levelling the others
+    below it moves leases for nothing."""
+    level = model.level()
+    band = level * band_percent / 100
+    top = max(level + band, peak * (1 + band_percent / 100))
     for wid, load in model.load.items():
         # A measured CPU reading is only known to within its noise; a predicted load is not.
-        half = max(band, floor) if wid in model.measured else band
-        if abs(load - mean) > half or load > model.limit[wid]:
+        high = max(top, level + floor) if wid in model.measured else top
+        if load > high or load > model.limit[wid]:
+            return True
+        if level > 0 and model.assigned_kbps[wid] <= 0:
             return True
     return False
 
@@ -103,7 +134,8 @@ def _rebalance(
 ) -> list[Move]:
     if len(model.workers) < 2 or model.mean() <= 0:
         return []
-    if not _outside(model, settings.trigger_percent, settings.noise_floor_percent):
+    peak = peak_floor(model, snapshot, throughputs)
+    if not _outside(model, settings.trigger_percent, settings.noise_floor_percent, peak):
         return []
     movable: dict[str, _Holdings] = {wid: _Holdings() for wid in model.workers}
     for lease in snapshot.leases:
@@ -127,7 +159,7 @@ def _rebalance(
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
-        if not _outside(model, settings.target_percent, settings.noise_floor_percent / 2):
+        if not _outside(model, settings.target_percent, settings.noise_floor_percent / 2, peak):
             break
         step = _best_move(model, movable, settings) or _best_swap(model, movable, settings)
         if step is None:
@@ -154,6 +186,20 @@ _Entry = tuple[float, str, LeaseLoad]
 # Donors tried from the most loaded and receivers from the least loaded, per step: keeps a plan
 # for hundreds of workers fast; each step still strictly improves, so convergence is unchanged.
 _SEARCH_WIDTH = 12
+# ... plus the few workers where a lease costs least (the largest): a hot lease may fit only
+# there, and in a large fleet those need not be among the least loaded.
+_CHEAPEST = 3
+
+
+def _receivers(donor: str, lightest: list[str], cheapest: list[str]) -> list[str]:
+    """The receivers searched for ``donor``: the least loaded, then the cheapest."""
+    out = [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]
+    out += [wid for wid in cheapest if wid != donor and wid not in out][:_CHEAPEST]
+    return out
+
+
+def _by_cost(model: LoadModel) -> list[str]:
+    return sorted(model.workers, key=lambda wid: (model.rate[wid], model.load[wid], wid))
 
 
 class _Holdings:
@@ -194,14 +240,16 @@ def _best_move(
     min_gain = model.mean() * settings.min_gain_percent / 100
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
+    cheapest = _by_cost(model)
     for donor in donors[:_SEARCH_WIDTH]:
         before = model.load[donor]
         held = movable[donor]
         if not held.entries:
             continue
         best: tuple[float, str, str, LeaseLoad] | None = None
-        receivers = [wid for wid in lightest if wid != donor and model.load[wid] < before]
-        for receiver in receivers[:_SEARCH_WIDTH]:
+        for receiver in _receivers(donor, lightest, cheapest):
+            if model.load[receiver] >= before:
+                continue
             rate_d, rate_r = model.rate[donor], model.rate[receiver]
             if rate_d + rate_r <= 0:
                 continue
@@ -238,10 +286,11 @@ def _best_swap(
     min_gain = model.mean() * settings.min_gain_percent / 100
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
+    cheapest = _by_cost(model)
     for donor in donors[:_SEARCH_WIDTH]:
         before = model.load[donor]
         found: list[tuple[float, int, str, str, LeaseLoad, list[LeaseLoad]]] = []
-        for receiver in [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]:
+        for receiver in _receivers(donor, lightest, cheapest):
             held = movable[receiver].entries
             if not held:
                 continue

@@ -15,6 +15,7 @@ import asyncio
 import random
 import statistics
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -26,10 +27,28 @@ from kclasync._simulation.report import SimulationReport
 from kclasync._simulation.settings import SimulationSettings
 from kclasync._simulation.worker import SimWorker, now
 
+if TYPE_CHECKING:
+    from kclasync._simulation.yardstick import ChangeVerdict
+
 #: Capacities (KB/s at 100 % CPU) given to workers in start order, cycling.
 CAPACITIES = (3000.0, 2000.0, 1400.0, 3000.0)
 #: Relative band around the mean utilisation that counts as settled.
 SETTLE_BAND = 0.10
+
+
+@attrs.frozen(kw_only=True)
+class ScenarioShape:
+    """The fleet and traffic of one scenario run. ``capacities`` are given to workers in start
+    order, cycling (joiners and restarted workers take the next). ``zipf_s``: the skew of shard
+    throughput. ``load_percent``: scale the rates so the starting fleet runs at this mean
+    utilisation, the hottest shard at most 80 % of the largest capacity (None: the median shard
+    at 20 KB/s). ``hot_percent``: the hottest shard alone at this percent of the smallest
+    capacity (above 100: no small worker can carry it)."""
+
+    capacities: tuple[float, ...] = CAPACITIES
+    zipf_s: float = 1.2
+    load_percent: float | None = None
+    hot_percent: float | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -45,6 +64,8 @@ class ScenarioResult:
     leases_moved: int
     report: SimulationReport
     interval: float
+    #: Per change, against the best possible assignment (empty unless asked for).
+    verdicts: tuple[ChangeVerdict, ...] = ()
 
 
 def zipf_rates(shards: Sequence[str], rng: random.Random, *, s: float = 1.2) -> dict[str, float]:
@@ -76,8 +97,16 @@ class _ModelCpu:
 class LoadScenario:
     """Drives one ``Simulation``: traffic changes, a join, a graceful leave, a leader crash."""
 
-    def __init__(self, sim: Simulation, *, seed: int, change_every: float) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        *,
+        seed: int,
+        change_every: float,
+        shape: ScenarioShape | None = None,
+    ) -> None:
         self.sim = sim
+        self.shape = shape or ScenarioShape()
         self.rng = random.Random(seed)
         self.noise = random.Random(seed + 1)
         self.change_every = change_every
@@ -86,9 +115,15 @@ class LoadScenario:
         self.spread: list[tuple[float, bool]] = []  # (time, every worker within the band)
         self.run_marks: list[tuple[float, int]] = []  # (time, assignment runs so far, fleet-wide)
         self.changes: list[tuple[str, float]] = []
+        #: Per change: the rates in force, the lease owners and the moves counted so far.
+        self.marks: list[tuple[dict[str, float], dict[str, str | None], int]] = []
+        #: Per sample: (time, utilisation per worker), for the yardstick.
+        self.utils: list[tuple[float, dict[str, float]]] = []
         self.capacity: dict[str, float] = {}
         self.owners: dict[str, str | None] = {}
         self.moves = 0
+        #: Owner changes including first assignments (the yardstick's "leases moved").
+        self.owner_changes = 0
         sim.lease_throughput = self.lease_throughput  # type: ignore[attr-defined]
         sim.fleet.cpu_reader_for = self.cpu_reader
 
@@ -97,14 +132,31 @@ class LoadScenario:
 
     def _retraffic(self) -> None:
         shards = sorted(sh.shard_id for sh in self.sim.stream.shards)
-        self.rates = zipf_rates(shards, self.rng)
+        shape = self.shape
+        rates = zipf_rates(shards, self.rng, s=shape.zipf_s)
+        caps = shape.capacities
+        start = [caps[i % len(caps)] for i in range(self.sim.settings.workers)]
+        if shape.load_percent is not None and rates:
+            scale = shape.load_percent / 100 * sum(start) / sum(rates.values())
+            scale = min(scale, 0.8 * max(caps) / max(rates.values()))
+            rates = {k: v * scale for k, v in rates.items()}
+        if shape.hot_percent is not None and rates:
+            hottest = max(rates, key=lambda k: (rates[k], k))
+            rates[hottest] = shape.hot_percent / 100 * min(caps)
+        self.rates = rates
+
+    def _mark(self, change: str) -> None:
+        self.changes.append((change, now()))
+        owners = {k: lease.owner for k, lease in self.sim.table.leases.items()}
+        self.marks.append((dict(self.rates), owners, self.owner_changes))
 
     def _workers(self) -> list[SimWorker]:
         return [w for w in self.sim.fleet.live_workers() if not w.paused]
 
     def _capacity(self, worker: SimWorker) -> float:
         if worker.name not in self.capacity:
-            self.capacity[worker.name] = CAPACITIES[len(self.capacity) % len(CAPACITIES)]
+            caps = self.shape.capacities
+            self.capacity[worker.name] = caps[len(self.capacity) % len(caps)]
         return self.capacity[worker.name]
 
     def processed_kbps(self, worker: SimWorker) -> float:
@@ -135,10 +187,12 @@ class LoadScenario:
             self.run_marks.append((t, self._assignment_runs()))
             for key, lease in self.sim.table.leases.items():
                 before = self.owners.get(key)
-                if before is not None and lease.owner is not None and before != lease.owner:
-                    self.moves += 1
+                if lease.owner is not None and before != lease.owner:
+                    self.owner_changes += 1
+                    self.moves += before is not None
                 self.owners[key] = lease.owner
             if utils:
+                self.utils.append((t, utils))
                 mean = sum(utils.values()) / len(utils)
                 if mean > 0:
                     self.samples.append((t, max(utils.values()) / mean))
@@ -169,31 +223,31 @@ class LoadScenario:
     async def drive(self) -> None:
         f = self.sim.settings.failover_time
         self._retraffic()
-        self.changes.append(("start", now()))
+        self._mark("start")
         measure = asyncio.create_task(self._measure(f))
         try:
             step = self.change_every
             await asyncio.sleep(step)
             self._retraffic()
-            self.changes.append(("traffic", now()))
+            self._mark("traffic")
             await asyncio.sleep(step)
             self.sim.fleet.start_worker()
-            self.changes.append(("join", now()))
+            self._mark("join")
             await asyncio.sleep(step)
             leader = self._leader()
             if leader is None and self._workers():
                 leader = self._workers()[0]
             if leader is not None:
                 self.sim.fleet.crash(leader)
-                self.changes.append(("leader crash", now()))
+                self._mark("leader crash")
             await asyncio.sleep(step)
             others = [w for w in self._workers() if not (w.consumer and w.consumer.is_leader)]
             if others:
                 await self.sim.fleet.graceful_stop(others[-1])
-                self.changes.append(("leave", now()))
+                self._mark("leave")
             await asyncio.sleep(step)
             self._retraffic()
-            self.changes.append(("traffic", now()))
+            self._mark("traffic")
             await asyncio.sleep(step)
         finally:
             measure.cancel()
@@ -238,11 +292,24 @@ class LoadScenario:
         return tuple(out)
 
 
-def run_load_scenario(settings: SimulationSettings, *, change_every: float) -> ScenarioResult:
+def run_load_scenario(
+    settings: SimulationSettings,
+    *,
+    change_every: float,
+    shape: ScenarioShape | None = None,
+    yardstick: bool = False,
+) -> ScenarioResult:
+    """One run; with ``yardstick`` each change is also judged against the optimum (needs the
+    development dependency highspy; solved after the run, outside virtual time)."""
+    holder: list[LoadScenario] = []
+    ends: list[float] = []
+
     async def go() -> ScenarioResult:
         sim = Simulation(settings)
-        scenario = LoadScenario(sim, seed=settings.seed, change_every=change_every)
+        scenario = LoadScenario(sim, seed=settings.seed, change_every=change_every, shape=shape)
+        holder.append(scenario)
         report, _ = await asyncio.gather(sim.run(), scenario.drive())
+        ends.append(now())
         ratios = [r for _, r in scenario.samples]
         return ScenarioResult(
             policy=settings.taker,
@@ -256,7 +323,12 @@ def run_load_scenario(settings: SimulationSettings, *, change_every: float) -> S
             interval=settings.consumer_config("x").effective_assignment_interval,
         )
 
-    return run_virtual(go, wall_limit=600)
+    result = run_virtual(go, wall_limit=600)
+    if not yardstick:
+        return result
+    from kclasync._simulation.yardstick import judge
+
+    return attrs.evolve(result, verdicts=tuple(judge(holder[0], ends[0])))
 
 
 def compare_policies(
@@ -266,6 +338,8 @@ def compare_policies(
     seed: int = 0,
     change_every: float = 600.0,
     policies: Sequence[str] = ("balanced", "kcl3", "load"),
+    shape: ScenarioShape | None = None,
+    yardstick: bool = False,
 ) -> list[ScenarioResult]:
     """The scenario on one seed for each policy (faults off: the changes are the scenario's)."""
     out = []
@@ -279,7 +353,9 @@ def compare_policies(
             hours=6 * change_every / 3600.0,
             settle_rounds=15,
         )
-        out.append(run_load_scenario(settings, change_every=change_every))
+        out.append(
+            run_load_scenario(settings, change_every=change_every, shape=shape, yardstick=yardstick)
+        )
     return out
 
 
@@ -312,4 +388,10 @@ def format_comparison(results: Sequence[ScenarioResult]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LoadScenario", "ScenarioResult", "compare_policies", "format_comparison"]
+__all__ = [
+    "LoadScenario",
+    "ScenarioResult",
+    "ScenarioShape",
+    "compare_policies",
+    "format_comparison",
+]
