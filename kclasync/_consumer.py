@@ -262,6 +262,14 @@ class Consumer:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._background)
 
+    def _count_sdk_retries(self, client: Any, service: str) -> None:
+        """botocore's own retries on a client kclasync made, in ``kclasync_aws_retries_total``."""
+        from kclasync._adapters import sdk_retries
+
+        retries = self.metrics.retries
+        labels = (self._spec.application, self.worker_id, "sdk", service)
+        sdk_retries.count(client, lambda op, code: retries.labels(*labels, op, code).inc())
+
     async def run(self) -> None:
         """Consume until ``stop()``. Raises the error that stopped it, if any."""
         async with contextlib.AsyncExitStack() as stack:
@@ -279,6 +287,7 @@ class Consumer:
                 ddb = await stack.enter_async_context(
                     self._client_options.create_client("dynamodb", session)
                 )
+                self._count_sdk_retries(ddb, "dynamodb")
                 self._store = DynamoLeaseStore(ddb, self._table_name)
                 if self._coordinator_state is None:
                     from kclasync._adapters.coordinator_state import (
@@ -329,6 +338,7 @@ class Consumer:
                 kin = await stack.enter_async_context(
                     self._client_options.create_client("kinesis", session)
                 )
+                self._count_sdk_retries(kin, "kinesis")
                 self._stream_client = KinesisStreamClient(kin)
                 self._fanout_client = FanOutClient(kin)
             self._worker = Worker(

@@ -83,6 +83,14 @@ class ConsumerMetrics:
         self.throttles = Counter(
             "kclasync_throttled_total", "Throttling errors from AWS", (*_W, "service"), registry=r
         )
+        self.retries = Counter(
+            "kclasync_aws_retries_total",
+            "AWS calls retried after a throttling or transient error, by who retried (layer: "
+            "sdk for botocore's own attempts, kclasync for the runtime's), service, operation "
+            "and the error code (or network error) of the failed attempt",
+            (*_W, "layer", "service", "operation", "code"),
+            registry=r,
+        )
         self.fanout_subscriptions = Counter(
             "kclasync_fanout_subscriptions_total",
             "SubscribeToShard calls (enhanced fan-out)",

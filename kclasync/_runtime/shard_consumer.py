@@ -24,6 +24,7 @@ from kclasync._adapters.protocols import (
     StartingPosition,
     StreamClient,
 )
+from kclasync._adapters.sdk_retries import error_code
 from kclasync._config import ConsumerConfig
 from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
 from kclasync._core.lease import CorruptLeaseError
@@ -326,6 +327,10 @@ class ShardConsumer:
                 self._skip_upto = None  # past the checkpointed record: nothing more to skip
         return out
 
+    def _count_retry(self, operation: str, exc: BaseException) -> None:
+        retries = self.metrics.retries
+        retries.labels(*self._labels2, "kclasync", "kinesis", operation, error_code(exc)).inc()
+
     async def _fetch(self, position: StartingPosition) -> None:
         if self._fanout is not None:
             return await self._fetch_fanout(self._fanout, position)
@@ -338,6 +343,7 @@ class ShardConsumer:
             backoff=cfg.throttle_backoff,
             max_backoff=cfg.max_backoff,
             on_throttle=self.metrics.throttles.labels(*self._labels2, "kinesis").inc,
+            on_retry=self._count_retry,
         )
         pause = ReadPause(0.0, 0)
         while True:

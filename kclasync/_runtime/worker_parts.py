@@ -19,12 +19,13 @@ import attrs
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
+from kclasync._adapters.sdk_retries import error_code
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig, RetrievalMode
 from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.fanout_session import ResubscribePolicy
 from kclasync._core.lease_taker import LeaseTaker
-from kclasync._core.retry_policy import policy_table
+from kclasync._core.retry_policy import OP_CLASS, OpClass, policy_table
 from kclasync._processor import ProcessorFactory
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment, assignment_tasks
 from kclasync._runtime.early_failover import EarlyFailover
@@ -70,7 +71,18 @@ def retrier_for(spec: WorkerSpec) -> Retrier:
         max_backoff=cfg.max_backoff,
         leader_heartbeat_interval=cfg.leader_heartbeat_interval,
     )
-    return Retrier(policies, spec.rng)
+    retries = spec.metrics.retries
+
+    def on_retry(op: str, exc: BaseException) -> None:
+        service = "kinesis" if OP_CLASS[op] in _KINESIS_CLASSES else "dynamodb"
+        retries.labels(
+            spec.application, spec.worker_id, "kclasync", service, op, error_code(exc)
+        ).inc()
+
+    return Retrier(policies, spec.rng, on_retry)
+
+
+_KINESIS_CLASSES = (OpClass.STREAM_META, OpClass.READ_RECORDS)
 
 
 def shard_sync_for(
