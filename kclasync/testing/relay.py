@@ -21,6 +21,9 @@ from aiohttp import web
 #: Headers that belong to one hop (the relay sets its own).
 HOP = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
+#: The largest request relayed (a PutRecords of 5 MB of data is about 7 MB in base64).
+MAX_BODY = 32 * 1024 * 1024
+
 #: X-Amz-Target prefixes (the API name and version) of each service.
 TARGET_SERVICES = {"DynamoDB_20120810": "dynamodb", "Kinesis_20131202": "kinesis"}
 
@@ -49,7 +52,7 @@ class HttpRelay:
             aiohttp.ClientSession(auto_decompress=False)
         )
         await self._started(self._exit)
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_BODY)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
