@@ -7,9 +7,10 @@ client) and the workers' held-lease views. From them:
 
 * ``two_owner_violations``: a shard whose batches by two workers overlap in time, or whose
   worker changes back and forth (A, B, A) while B kept processing it: two live owners;
-* ``duplicate_causes``: each record processed more than once, by cause: ``same_worker`` (a batch
-  processed again by its owner: its checkpoint failed and the batch was retried) or
-  ``lease_moved`` (processed by two workers);
+* ``duplicate_causes``: each record processed more than once, by cause: ``checkpoint_failed``
+  (its batch's checkpoint failed, so the processor raised and the batch was delivered again),
+  ``lease_moved`` (processed by two workers), or ``same_worker`` (again by its owner, for no
+  reason known here);
 * ``LeaseWatch.moves``: lease-table owner changes; ``LeaseWatch.view_overlaps``: samples where
   a lease was in two workers' held views at once.
 """
@@ -51,6 +52,8 @@ class Journal:
         self.checkpoints: list[tuple[float, str, str, int]] = []
         self.lost: list[tuple[float, str, str]] = []
         self.deliveries: dict[int, list[str]] = defaultdict(list)
+        #: Records of the batches whose checkpoint failed (the processor raised).
+        self.unconfirmed: set[int] = set()
 
     def processor(self, worker: str) -> Callable[[], JournalProcessor]:
         return lambda: JournalProcessor(self, worker)
@@ -81,9 +84,14 @@ class Journal:
 
     def duplicate_causes(self) -> Counter[str]:
         causes: Counter[str] = Counter()
-        for workers in self.deliveries.values():
+        for rid, workers in self.deliveries.items():
             if len(workers) > 1:
-                cause = "same_worker" if len(set(workers)) == 1 else "lease_moved"
+                if len(set(workers)) > 1:
+                    cause = "lease_moved"
+                elif rid in self.unconfirmed:
+                    cause = "checkpoint_failed"
+                else:
+                    cause = "same_worker"
                 causes[cause] += len(workers) - 1
         return causes
 
@@ -107,7 +115,12 @@ class JournalProcessor:
         start = loop.time()
         for r in records:
             self.journal.deliveries[int(orjson.loads(r.data)["id"])].append(self.worker)
-        await checkpointer.checkpoint()
+        try:
+            await checkpointer.checkpoint()
+        except Exception:
+            # The batch is delivered again (the processor's retry): duplicates by this cause.
+            self.journal.unconfirmed.update(int(orjson.loads(r.data)["id"]) for r in records)
+            raise
         end = loop.time()
         first, last = int(records[0].sequence_number), int(records[-1].sequence_number)
         self.journal.batches.append(Batch(self.worker, self.shard, first, last, start, end))
@@ -142,13 +155,15 @@ class LeaseWatch:
                 for key in w.held_leases:
                     views[key].append(w.worker_id)
             for key, holders in views.items():
-                if len(holders) > 1:
+                if len(holders) > 1 and self.counting:
                     self.view_overlaps.append((loop.time(), key, holders))
             with contextlib.suppress(Exception):  # the watch must never stop the test
                 scan = await self.store.list_leases()
                 for lease in scan.leases:
                     before = self.owners.get(lease.key)
-                    if self.counting and lease.key in self.owners and before != lease.owner:
+                    # A move: from one owner to another or to none (a lease released); the
+                    # first owner of an unowned lease is no move.
+                    if self.counting and before is not None and before != lease.owner:
                         self.moves.append((loop.time(), lease.key, before, lease.owner))
                     self.owners[lease.key] = lease.owner
             await asyncio.sleep(every)
