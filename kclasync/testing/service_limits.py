@@ -111,6 +111,8 @@ class ServiceLimits:
         #: Limit answers given, by limit: get_records_rate, get_records_bytes, put_records
         #: (entries refused), put_record, expired_iterator, subscribe_rate.
         self.answers: Counter[str] = Counter()
+        #: (loop time, limit, count) of every limit answer.
+        self.timeline: list[tuple[float, str, int]] = []
         #: Requests seen, by operation; ``untracked``: GetRecords on an unknown iterator.
         self.calls: Counter[str] = Counter()
         #: Lists a stream's open shards (set by the proxy that enforces these limits).
@@ -119,6 +121,18 @@ class ServiceLimits:
         self._buckets: dict[tuple[str, str, str], _Bucket] = {}
         self._subscribed: dict[tuple[str, str], float] = {}
         self._shards: dict[str, tuple[float, ShardRanges]] = {}
+
+    def _note(self, kind: str, now: float, count: int = 1) -> None:
+        self.answers[kind] += count
+        self.timeline.append((now, kind, count))
+
+    def throttled_since(self, since: float) -> Counter[str]:
+        """Limit answers given from loop time ``since`` on, by limit."""
+        out: Counter[str] = Counter()
+        for at, kind, count in self.timeline:
+            if at >= since:
+                out[kind] += count
+        return out
 
     @property
     def throttled(self) -> int:
@@ -156,7 +170,7 @@ class ServiceLimits:
         if operation == "PutRecord":
             shard = self._shard_of(doc, ranges)
             if shard is not None and not self._admit_put(stream, shard, doc, now):
-                self.answers["put_record"] += 1
+                self._note("put_record", now)
                 return Decision(operation, answer=_throttled(stream, shard))
             return Decision(operation)
         entries = list(doc.get("Records") or ())
@@ -169,7 +183,7 @@ class ServiceLimits:
                 refused.append((index, _message(stream, shard)))
         if not refused:
             return Decision(operation)
-        self.answers["put_records"] += len(refused)
+        self._note("put_records", now, len(refused))
         if not kept:
             answer = _put_records_answer([], tuple(refused), len(entries))
             return Decision(operation, answer=(200, _JSON, answer))
@@ -185,14 +199,14 @@ class ServiceLimits:
             return Decision("GetRecords")
         stream, shard, issued = known
         if now - issued > self.limits.iterator_lifetime:
-            self.answers["expired_iterator"] += 1
+            self._note("expired_iterator", now)
             return Decision("GetRecords", answer=error_answer(KINESIS, "ExpiredIteratorException"))
         reads = self._bucket("reads", stream, shard, now)
         if reads.level < 1:
-            self.answers["get_records_rate"] += 1
+            self._note("get_records_rate", now)
             return Decision("GetRecords", answer=_throttled(stream, shard))
         if self._bucket("read_bytes", stream, shard, now).level < 0:
-            self.answers["get_records_bytes"] += 1
+            self._note("get_records_bytes", now)
             return Decision("GetRecords", answer=_throttled(stream, shard))
         reads.level -= 1
         return Decision("GetRecords", stream=stream, shard=shard)
@@ -201,7 +215,7 @@ class ServiceLimits:
         key = (str(doc.get("ConsumerARN")), str(doc.get("ShardId")))
         last = self._subscribed.get(key)
         if last is not None and now - last < self.limits.subscribe_interval:
-            self.answers["subscribe_rate"] += 1
+            self._note("subscribe_rate", now)
             return Decision(
                 "SubscribeToShard",
                 answer=error_answer(KINESIS, "LimitExceededException", stream=_stream_name(doc)),

@@ -220,7 +220,7 @@ async def test_subscribe_to_shard_at_most_once_per_five_seconds(
     assert limits.answers["subscribe_rate"] == 1
 
 
-def test_put_records_shard_of_a_key_is_the_md5_of_its_partition_key() -> None:
+async def test_put_records_shard_of_a_key_is_the_md5_of_its_partition_key() -> None:
     ranges = [("a", 0, 2**127 - 1), ("b", 2**127, 2**128 - 1)]
     for key in ("k1", "k2", "user-7"):
         expected = "a" if int(hashlib.md5(key.encode()).hexdigest(), 16) < 2**127 else "b"
