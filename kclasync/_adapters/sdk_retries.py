@@ -7,8 +7,8 @@ session's hooks, so a session the user passed in is not changed): ``needs-retry`
 error of the attempt that just failed in the request's context, and ``request-created`` reports
 each attempt after the first, with that error, to ``on_retry(operation, code)``.
 
-Owns: ``error_code`` (the AWS error code of an exception, or the type of the network error at
-its root) and the two handlers. Must not: decide whether to retry (botocore's retry mode does).
+Owns: the two handlers (an attempt's error is named by ``kclasync.errors.error_code``).
+Must not: decide whether to retry (botocore's retry mode does).
 """
 
 from __future__ import annotations
@@ -16,22 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import ClientError
+from kclasync.errors import error_code
 
 _FAILED = "kclasync_failed_with"
-
-
-def error_code(exc: BaseException) -> str:
-    """The AWS error code of ``exc`` or of an exception it was raised from; else the type name
-    of the innermost cause (a network error such as ``ServerDisconnectedError``)."""
-    seen: BaseException | None = exc
-    last = exc
-    while seen is not None:
-        if isinstance(seen, ClientError):
-            return str(seen.response.get("Error", {}).get("Code", "")) or "ClientError"
-        last = seen
-        seen = seen.__cause__ or seen.__context__
-    return type(last).__name__
 
 
 def _response_code(response: Any, caught: BaseException | None) -> str:

@@ -24,7 +24,6 @@ from kclasync._adapters.protocols import (
     StartingPosition,
     StreamClient,
 )
-from kclasync._adapters.sdk_retries import error_code
 from kclasync._config import ConsumerConfig
 from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
 from kclasync._core.lease import CorruptLeaseError
@@ -43,6 +42,7 @@ from kclasync.errors import (
     LeaseLostError,
     ProcessorFailedError,
     ShutdownCheckpointError,
+    error_code,
 )
 
 log = logging.getLogger("kclasync.shard")

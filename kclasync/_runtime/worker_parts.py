@@ -19,7 +19,6 @@ import attrs
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
-from kclasync._adapters.sdk_retries import error_code
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig, RetrievalMode
 from kclasync._core.expiry import ExpiryTracker
@@ -43,7 +42,7 @@ from kclasync._runtime.retrying import (
 )
 from kclasync._runtime.shard_supervisor import ShardSupervisor
 from kclasync._runtime.shard_sync import ShardSync, StreamList
-from kclasync.errors import ConfigError
+from kclasync.errors import ConfigError, error_code
 
 
 @attrs.frozen
