@@ -39,6 +39,7 @@ from typing import Any
 
 import aiohttp
 import attrs
+import orjson
 from aiobotocore.session import get_session
 from aiohttp import web
 
@@ -197,7 +198,8 @@ class FaultProxy(HttpRelay):
             if fault is FaultKind.THROTTLE:
                 code = self.rng.choice(throttling_codes(service, operation))
                 self.injected[f"throttle:{code}"] += 1
-                return _answer(error_answer(service, code))
+                stream, shard = _names(body)
+                return _answer(error_answer(service, code, stream=stream, shard=shard))
             if fault in (FaultKind.HTTP_500, FaultKind.HTTP_503):
                 status = 500 if fault is FaultKind.HTTP_500 else 503
                 return _answer(error_answer(service, SERVER_ERRORS[status][service], status))
@@ -223,6 +225,17 @@ class FaultProxy(HttpRelay):
             return web.Response(status=upstream.status, headers=headers, body=answer)
         finally:
             upstream.release()
+
+
+def _names(body: bytes) -> tuple[str, str]:
+    """The stream and shard a Kinesis request names, for the error message ("?": none)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        return "?", "?"
+    return str(doc.get("StreamName") or "?"), str(doc.get("ShardId") or "?")
 
 
 def _answer(answer: tuple[int, dict[str, str], bytes]) -> web.Response:
