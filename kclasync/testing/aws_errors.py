@@ -44,7 +44,7 @@ MESSAGES: dict[tuple[str, str], str] = {
     (KINESIS, "ThrottlingException"): "Rate exceeded",
     (KINESIS, "ExpiredIteratorException"): "Iterator expired. The iterator was created at time "
     "{created} while right now it is {now} which is further in the future than the tolerated "
-    "delay of 300000 milliseconds.",
+    "delay of {tolerated} milliseconds.",
     (KINESIS, "InternalFailure"): "Internal service failure.",
     (KINESIS, "ServiceUnavailable"): "Service Unavailable",
 }
