@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -200,7 +201,15 @@ class ServiceLimits:
         stream, shard, issued = known
         if now - issued > self.limits.iterator_lifetime:
             self._note("expired_iterator", now)
-            return Decision("GetRecords", answer=error_answer(KINESIS, "ExpiredIteratorException"))
+            wall = time.time()
+            answer = error_answer(
+                KINESIS,
+                "ExpiredIteratorException",
+                created=time.ctime(wall - (now - issued)),
+                now=time.ctime(wall),
+                tolerated=str(round(self.limits.iterator_lifetime * 1000)),
+            )
+            return Decision("GetRecords", answer=answer)
         reads = self._bucket("reads", stream, shard, now)
         if reads.level < 1:
             self._note("get_records_rate", now)
