@@ -33,6 +33,7 @@ from kclasync._adapters.aws import ClientOptions
 from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._processor import Checkpointer, ShardInfo
 from kclasync._records import Record
+from kclasync.testing.emulators import LocalAws
 from tests.support import fast_config
 
 
@@ -167,6 +168,14 @@ class LeaseWatch:
                         self.moves.append((loop.time(), lease.key, before, lease.owner))
                     self.owners[lease.key] = lease.owner
             await asyncio.sleep(every)
+
+
+def botocore_options(url: str, **overrides: Any) -> ClientOptions:
+    """Client options that reach ``url`` through botocore's own request path (where the
+    options still offer another path, it is turned off)."""
+    if "fast_requests" in attrs.fields_dict(ClientOptions):
+        overrides.setdefault("fast_requests", False)
+    return LocalAws(url).client_options(**overrides)
 
 
 @contextlib.asynccontextmanager

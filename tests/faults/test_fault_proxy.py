@@ -19,13 +19,14 @@ from kclasync._adapters import sdk_retries
 from kclasync.testing.emulators import LocalAws
 from kclasync.testing.fault_proxy import Fault, FaultKind, FaultPlan, FaultProxy
 from kclasync.testing.service_limits import Limits, ServiceLimits
+from tests.faults.fleet import botocore_options
 
 pytestmark = pytest.mark.asyncio
 
 
 @contextlib.asynccontextmanager
 async def _clients(url: str, retries: int = 0) -> AsyncIterator[tuple[Any, Any]]:
-    options = LocalAws(url).client_options(fast_requests=False, max_attempts=retries)
+    options = botocore_options(url, max_attempts=retries)
     async with options.create_client("kinesis") as kin, options.create_client("dynamodb") as ddb:
         yield kin, ddb
 

@@ -24,7 +24,7 @@ from kclasync._demo import DemoResult, DemoSettings, _run
 from kclasync.testing.emulators import LocalAws, moto_process
 from kclasync.testing.fault_proxy import FaultProxy
 from kclasync.testing.service_limits import Limits, ServiceLimits
-from tests.faults.fleet import Journal, running, totals
+from tests.faults.fleet import Journal, botocore_options, running, totals
 from tests.support import aws_for, wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -48,7 +48,7 @@ async def _demo(
     lines: list[str] = []
     async with _limited(limits) as proxied:
         started = asyncio.get_running_loop().time()
-        options = proxied.client_options(fast_requests=False)
+        options = botocore_options(proxied.endpoint_url)
         result = await _run(settings, options, lines.append, consumer_config=config)
     return result, started
 
@@ -87,7 +87,7 @@ async def test_expired_iterators_are_renewed_without_loss(moto: LocalAws, unique
         FaultProxy(moto.endpoint_url, limits=limits) as url,
     ):
         await aws.create_stream(2)
-        options = LocalAws(url).client_options(fast_requests=False)
+        options = botocore_options(url)
         produced: list[int] = []
         async with running(options, unique_name, journal, 1, registry, idle_time_between_reads=3.0):
             for _ in range(4):

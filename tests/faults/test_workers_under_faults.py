@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from kclasync.testing.emulators import LocalAws
 from kclasync.testing.fault_proxy import Fault, FaultKind, FaultPlan, FaultProxy
-from tests.faults.fleet import Journal, LeaseWatch, running, totals
+from tests.faults.fleet import Journal, LeaseWatch, botocore_options, running, totals
 from tests.support import aws_for, wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -57,7 +57,7 @@ async def _run(
     registry = CollectorRegistry()
     proxy = FaultProxy(upstreams, seed=24)
     async with aws_for(local, name) as aws, proxy as url:
-        proxy_options = LocalAws(url).client_options(fast_requests=False, max_attempts=sdk_retries)
+        proxy_options = botocore_options(url, max_attempts=sdk_retries)
         await aws.create_stream(shards)
         produced: list[int] = []
         stop = asyncio.Event()
