@@ -45,6 +45,8 @@ MESSAGES: dict[tuple[str, str], str] = {
     (KINESIS, "ExpiredIteratorException"): "Iterator expired. The iterator was created at time "
     "{created} while right now it is {now} which is further in the future than the tolerated "
     "delay of {tolerated} milliseconds.",
+    (KINESIS, "ResourceInUseException"): "Another active subscription exists for consumer "
+    "{consumer} and shard {shard}.",
     (KINESIS, "InternalFailure"): "Internal service failure.",
     (KINESIS, "ServiceUnavailable"): "Service Unavailable",
 }

@@ -12,8 +12,9 @@ Per shard (``Limits``, the service's documented defaults):
   written; PutRecord over the limit is a 400 answer;
 * a shard iterator expires ``iterator_lifetime`` seconds after it was issued (300 s; a test can
   make it a few seconds): GetRecords on it is answered ExpiredIteratorException;
-* SubscribeToShard: once per ``subscribe_interval`` (5 s) per consumer and shard, else
-  LimitExceededException.
+* SubscribeToShard, per consumer and shard: within ``subscribe_interval`` (5 s) of the last
+  successful call, ResourceInUseException; a call less than a second after the last call,
+  LimitExceededException (the service's documented answers).
 
 Each allowance is a token bucket holding one second's worth, refilled continuously. Iterators
 are followed by reading the GetShardIterator and GetRecords answers (which shard each iterator
@@ -110,7 +111,7 @@ class ServiceLimits:
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
         #: Limit answers given, by limit: get_records_rate, get_records_bytes, put_records
-        #: (entries refused), put_record, expired_iterator, subscribe_rate.
+        #: (entries refused), put_record, expired_iterator, subscribe_in_use, subscribe_rate.
         self.answers: Counter[str] = Counter()
         #: (loop time, limit, count) of every limit answer.
         self.timeline: list[tuple[float, str, int]] = []
@@ -121,6 +122,7 @@ class ServiceLimits:
         self._iterators: dict[str, tuple[str, str, float]] = {}
         self._buckets: dict[tuple[str, str, str], _Bucket] = {}
         self._subscribed: dict[tuple[str, str], float] = {}
+        self._subscribe_attempts: dict[tuple[str, str], float] = {}
         self._shards: dict[str, tuple[float, ShardRanges]] = {}
 
     def _note(self, kind: str, now: float, count: int = 1) -> None:
@@ -222,13 +224,18 @@ class ServiceLimits:
 
     def _subscribe(self, doc: dict[str, Any], now: float) -> Decision:
         key = (str(doc.get("ConsumerARN")), str(doc.get("ShardId")))
+        stream = _stream_name(doc)
+        attempted = self._subscribe_attempts.get(key)
+        self._subscribe_attempts[key] = now
+        if attempted is not None and now - attempted < 1.0:
+            self._note("subscribe_rate", now)
+            answer = error_answer(KINESIS, "LimitExceededException", stream=stream)
+            return Decision("SubscribeToShard", answer=answer)
         last = self._subscribed.get(key)
         if last is not None and now - last < self.limits.subscribe_interval:
-            self._note("subscribe_rate", now)
-            return Decision(
-                "SubscribeToShard",
-                answer=error_answer(KINESIS, "LimitExceededException", stream=_stream_name(doc)),
-            )
+            self._note("subscribe_in_use", now)
+            answer = error_answer(KINESIS, "ResourceInUseException", consumer=key[0], shard=key[1])
+            return Decision("SubscribeToShard", answer=answer)
         self._subscribed[key] = now
         return Decision("SubscribeToShard")
 

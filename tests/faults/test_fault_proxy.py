@@ -202,7 +202,7 @@ async def test_limits_answer_as_the_service_does(moto: LocalAws, unique_name: st
 async def test_subscribe_to_shard_at_most_once_per_five_seconds(
     moto: LocalAws, unique_name: str
 ) -> None:
-    limits = ServiceLimits()
+    limits = ServiceLimits(Limits(subscribe_interval=1.5))
     body = (
         b'{"ConsumerARN": "arn:aws:kinesis:us-east-1:123456789012:stream/s/consumer/c:1",'
         b' "ShardId": "shardId-000000000000", "StartingPosition": {"Type": "LATEST"}}'
@@ -211,14 +211,23 @@ async def test_subscribe_to_shard_at_most_once_per_five_seconds(
         "X-Amz-Target": "Kinesis_20131202.SubscribeToShard",
         "Content-Type": "application/x-amz-json-1.1",
     }
+    answers: list[tuple[int, bytes]] = []
     async with FaultProxy(moto.endpoint_url, limits=limits) as url, aiohttp.ClientSession() as s:
-        answers = []
-        for _ in range(2):
+
+        async def subscribe() -> None:
             async with s.post(url + "/", data=body, headers=headers) as resp:
                 answers.append((resp.status, await resp.read()))
-    assert answers[1][0] == 400
-    assert b'"__type":"LimitExceededException"' in answers[1][1]
-    assert limits.answers["subscribe_rate"] == 1
+
+        await subscribe()  # forwarded (moto's answer, whatever it is)
+        await subscribe()  # at once: more than one call per second
+        await asyncio.sleep(1.1)
+        await subscribe()  # a second later, within the interval of the first
+        await asyncio.sleep(1.1)
+        await subscribe()  # the interval has passed: forwarded again
+    assert answers[1][0] == 400 and b'"__type":"LimitExceededException"' in answers[1][1]
+    assert answers[2][0] == 400 and b'"__type":"ResourceInUseException"' in answers[2][1]
+    assert limits.answers == {"subscribe_rate": 1, "subscribe_in_use": 1}
+    assert limits.calls["SubscribeToShard"] == 4
 
 
 async def test_put_records_shard_of_a_key_is_the_md5_of_its_partition_key() -> None:
