@@ -34,7 +34,7 @@ import random
 import socket
 import struct
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -213,7 +213,14 @@ class FaultProxy(HttpRelay):
         try:
             headers = relayed_headers(upstream.headers)
             if "eventstream" in upstream.headers.get("Content-Type", ""):
-                return await _stream(request, upstream, headers, cut=fault is not None)
+                limits, status = self.limits, upstream.status
+
+                def accepted() -> None:
+                    if decision is not None and limits is not None:
+                        limits.after(decision, status, b"")
+
+                cut = fault is not None
+                return await _stream(request, upstream, headers, cut=cut, accepted=accepted)
             answer = await upstream.read()
             if decision is not None and self.limits is not None:
                 answer = self.limits.after(decision, upstream.status, answer)
@@ -280,16 +287,25 @@ async def _truncated(
 
 
 async def _stream(
-    request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str], cut: bool
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    headers: dict[str, str],
+    cut: bool,
+    accepted: Callable[[], None],
 ) -> web.StreamResponse:
     """An event stream relayed as it comes; ``cut``: the connection reset after the first
-    chunk."""
+    chunk. ``accepted`` is called once the subscription is known to have been accepted: its
+    first SubscribeToShardEvent (an emulator may refuse inside the stream), or the cut."""
     resp = web.StreamResponse(status=upstream.status, headers=headers)
     resp.enable_chunked_encoding()
     await resp.prepare(request)
+    told = False
     try:
         async for chunk in upstream.content.iter_any():
             await resp.write(chunk)
+            if not told and (cut or b"SubscribeToShardEvent" in chunk):
+                told = True
+                accepted()
             if cut:
                 _reset(request)
                 return _Gone()

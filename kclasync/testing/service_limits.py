@@ -76,7 +76,8 @@ class _Bucket:
 @attrs.frozen
 class Decision:
     """What ``before`` decided: an ``answer`` to send instead of forwarding, or forward (with
-    ``body`` in place of the request's when set); what ``after`` needs to finish."""
+    ``body`` in place of the request's when set); what ``after`` needs to finish (for
+    SubscribeToShard, ``stream`` and ``shard`` hold the consumer ARN and the shard)."""
 
     operation: str
     answer: Answer | None = None
@@ -236,8 +237,7 @@ class ServiceLimits:
             self._note("subscribe_in_use", now)
             answer = error_answer(KINESIS, "ResourceInUseException", consumer=key[0], shard=key[1])
             return Decision("SubscribeToShard", answer=answer)
-        self._subscribed[key] = now
-        return Decision("SubscribeToShard")
+        return Decision("SubscribeToShard", stream=key[0], shard=key[1])
 
     def _admit_put(self, stream: str, shard: str, entry: dict[str, Any], now: float) -> bool:
         size = _data_size(entry.get("Data")) + len(str(entry.get("PartitionKey", "")).encode())
@@ -283,6 +283,8 @@ class ServiceLimits:
             following = doc.get("NextShardIterator")
             if following:
                 self._follow(following, decision.stream, decision.shard, now)
+        elif op == "SubscribeToShard" and decision.shard is not None:
+            self._subscribed[(decision.stream, decision.shard)] = now  # the service accepted it
         elif op == "PutRecords" and decision.refused:
             written = list(orjson.loads(body).get("Records") or ())
             return _put_records_answer(written, decision.refused, decision.total)

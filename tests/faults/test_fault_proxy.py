@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
+import orjson
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
@@ -199,35 +199,41 @@ async def test_limits_answer_as_the_service_does(moto: LocalAws, unique_name: st
     assert limits.answers["put_record"] == 1
 
 
-async def test_subscribe_to_shard_at_most_once_per_five_seconds(
-    moto: LocalAws, unique_name: str
-) -> None:
+async def test_subscribe_to_shard_as_the_service_limits_it() -> None:
+    """Per consumer and shard: within the interval (5 s; 1.5 s here) of a call the service
+    accepted, ResourceInUseException; above one call per second, LimitExceededException; a
+    call the service refused does not count as accepted."""
     limits = ServiceLimits(Limits(subscribe_interval=1.5))
     body = (
         b'{"ConsumerARN": "arn:aws:kinesis:us-east-1:123456789012:stream/s/consumer/c:1",'
         b' "ShardId": "shardId-000000000000", "StartingPosition": {"Type": "LATEST"}}'
     )
-    headers = {
-        "X-Amz-Target": "Kinesis_20131202.SubscribeToShard",
-        "Content-Type": "application/x-amz-json-1.1",
-    }
-    answers: list[tuple[int, bytes]] = []
-    async with FaultProxy(moto.endpoint_url, limits=limits) as url, aiohttp.ClientSession() as s:
 
-        async def subscribe() -> None:
-            async with s.post(url + "/", data=body, headers=headers) as resp:
-                answers.append((resp.status, await resp.read()))
+    async def subscribe(upstream_status: int = 200) -> str:
+        decision = await limits.before("SubscribeToShard", body)
+        if decision.answer is not None:
+            status, _, answer = decision.answer
+            assert status == 400
+            return str(orjson.loads(answer)["__type"])
+        limits.after(decision, upstream_status, b"")
+        return "forwarded"
 
-        await subscribe()  # forwarded (moto's answer, whatever it is)
-        await subscribe()  # at once: more than one call per second
-        await asyncio.sleep(1.1)
-        await subscribe()  # a second later, within the interval of the first
-        await asyncio.sleep(1.1)
-        await subscribe()  # the interval has passed: forwarded again
-    assert answers[1][0] == 400 and b'"__type":"LimitExceededException"' in answers[1][1]
-    assert answers[2][0] == 400 and b'"__type":"ResourceInUseException"' in answers[2][1]
+    answers = [await subscribe(400)]  # refused upstream: not an accepted call
+    await asyncio.sleep(1.05)
+    answers.append(await subscribe())  # accepted
+    answers.append(await subscribe())  # at once: more than one call per second
+    await asyncio.sleep(1.05)
+    answers.append(await subscribe())  # within the interval of the accepted call
+    await asyncio.sleep(1.05)
+    answers.append(await subscribe())  # the interval has passed
+    assert answers == [
+        "forwarded",
+        "forwarded",
+        "LimitExceededException",
+        "ResourceInUseException",
+        "forwarded",
+    ]
     assert limits.answers == {"subscribe_rate": 1, "subscribe_in_use": 1}
-    assert limits.calls["SubscribeToShard"] == 4
 
 
 async def test_put_records_shard_of_a_key_is_the_md5_of_its_partition_key() -> None:

@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry
 
 from kclasync._demo import DemoResult, DemoSettings, _run
 from kclasync.testing.emulators import LocalAws, moto_process
-from kclasync.testing.fault_proxy import FaultProxy
+from kclasync.testing.fanout_proxy import KinesisLocalFanOutRelay
+from kclasync.testing.fault_proxy import Fault, FaultKind, FaultPlan, FaultProxy
 from kclasync.testing.service_limits import Limits, ServiceLimits
 from tests.faults.fleet import Journal, botocore_options, running, totals
 from tests.support import aws_for, wait_until
@@ -106,3 +107,50 @@ async def test_expired_iterators_are_renewed_without_loss(moto: LocalAws, unique
     assert set(produced) <= journal.deliveries.keys()
     assert limits.answers["expired_iterator"] >= 4
     assert journal.duplicate_causes() == {}
+
+
+async def test_fan_out_within_the_subscribe_limits(kinesis: LocalAws, unique_name: str) -> None:
+    """Fan-out on kinesis-local (through the relay that completes its answers): no limit answer
+    while subscriptions run; then a third of the subscriptions cut after their first bytes: the
+    resubscriptions lose nothing. Some are still refused: kinesis-local refuses a subscription
+    while the one it replaces is being torn down (inside the event stream), and botocore
+    retries a throttled SubscribeToShard at once; the count is printed."""
+    assert kinesis.kinesis_endpoint_url is not None
+    limits = ServiceLimits()
+    journal = Journal()
+    registry = CollectorRegistry()
+    relay = KinesisLocalFanOutRelay(kinesis.kinesis_endpoint_url)
+    async with aws_for(kinesis, unique_name) as aws, relay as relay_url:
+        upstreams = {"dynamodb": kinesis.endpoint_url, "kinesis": relay_url}
+        proxy = FaultProxy(upstreams, limits=limits, seed=5)
+        async with proxy as url:
+            await aws.create_stream(2)
+            options = botocore_options(url)
+            # Subscriptions renewed every 6 s (not 285 s): more SubscribeToShard calls to cut.
+            fanout = {
+                "retrieval": "fanout",
+                "fanout_consumer_name": "fan",
+                "fanout_refresh_after": 6.0,
+            }
+            produced: list[int] = []
+            async with running(options, unique_name, journal, 1, registry, **fanout):
+                for _ in range(3):
+                    produced += await aws.produce(50)
+                    await wait_until(lambda p=list(produced): journal.seen(p), 30, "records")  # type: ignore[misc]
+                steady = dict(limits.answers)
+                cut = Fault(FaultKind.RESET_AFTER, 0.3, "kinesis", frozenset({"SubscribeToShard"}))
+                proxy.plan = FaultPlan((cut,))
+                for _ in range(30):  # 15 s
+                    produced += await aws.produce(10)
+                    await asyncio.sleep(0.5)
+                proxy.plan = FaultPlan()
+                await wait_until(lambda: journal.seen(produced), 30, "every record")
+    subscriptions = totals(registry, "kclasync_fanout_subscriptions_total")
+    print(
+        f"\nfan-out: steady {steady}, with cuts {dict(limits.answers)}, "
+        f"cuts {proxy.injected['reset_after']}, subscriptions {sum(subscriptions.values())}"
+    )
+    assert steady == {}
+    assert proxy.injected["reset_after"] > 0
+    assert set(produced) <= journal.deliveries.keys()
+    assert journal.duplicate_causes()["lease_moved"] == 0
