@@ -111,7 +111,7 @@ async def test_expired_iterators_are_renewed_without_loss(moto: LocalAws, unique
 
 async def test_fan_out_within_the_subscribe_limits(kinesis: LocalAws, unique_name: str) -> None:
     """Fan-out on kinesis-local (through the relay that completes its answers): no limit answer
-    while subscriptions run; then a third of the subscriptions cut after their first bytes: the
+    while subscriptions run; then half the subscriptions cut after their first bytes: the
     resubscriptions lose nothing. Some are still refused: kinesis-local refuses a subscription
     while the one it replaces is being torn down (inside the event stream), and botocore
     retries a throttled SubscribeToShard at once; the count is printed."""
@@ -138,9 +138,12 @@ async def test_fan_out_within_the_subscribe_limits(kinesis: LocalAws, unique_nam
                     produced += await aws.produce(50)
                     await wait_until(lambda p=list(produced): journal.seen(p), 30, "records")  # type: ignore[misc]
                 steady = dict(limits.answers)
-                cut = Fault(FaultKind.RESET_AFTER, 0.3, "kinesis", frozenset({"SubscribeToShard"}))
+                cut = Fault(FaultKind.RESET_AFTER, 0.5, "kinesis", frozenset({"SubscribeToShard"}))
                 proxy.plan = FaultPlan((cut,))
-                for _ in range(30):  # 15 s
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 30
+                # Writing until two subscriptions were cut (or 30 s).
+                while proxy.injected["reset_after"] < 2 and loop.time() < deadline:
                     produced += await aws.produce(10)
                     await asyncio.sleep(0.5)
                 proxy.plan = FaultPlan()
