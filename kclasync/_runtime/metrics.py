@@ -86,8 +86,9 @@ class ConsumerMetrics:
         self.retries = Counter(
             "kclasync_aws_retries_total",
             "AWS calls retried after a throttling or transient error, by who retried (layer: "
-            "sdk for botocore's own attempts, kclasync for the runtime's), service, operation "
-            "and the error code (or network error) of the failed attempt",
+            "sdk for botocore's own attempts, named by API operation; kclasync for the "
+            "runtime's, named by call, e.g. renew_lease), service, operation and the error "
+            "code (or network error) of the failed attempt",
             (*_W, "layer", "service", "operation", "code"),
             registry=r,
         )
