@@ -16,6 +16,7 @@ import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
 from kclasync._adapters import sdk_retries
+from kclasync.errors import ThrottledError, TransientError, error_code
 from kclasync.testing.emulators import LocalAws
 from kclasync.testing.fault_proxy import Fault, FaultKind, FaultPlan, FaultProxy
 from kclasync.testing.service_limits import Limits, ServiceLimits
@@ -242,3 +243,23 @@ async def test_put_records_shard_of_a_key_is_the_md5_of_its_partition_key() -> N
         expected = "a" if int(hashlib.md5(key.encode()).hexdigest(), 16) < 2**127 else "b"
         assert ServiceLimits._shard_of({"PartitionKey": key}, ranges) == expected
     assert ServiceLimits._shard_of({"PartitionKey": "x", "ExplicitHashKey": "5"}, ranges) == "a"
+
+
+async def test_error_code_names_the_aws_code_or_the_network_error_at_the_root() -> None:
+    throttled = ClientError(
+        {"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "UpdateItem"
+    )
+    try:
+        try:
+            raise throttled
+        except ClientError as exc:
+            raise ThrottledError("DynamoDB UpdateItem throttled") from exc
+    except ThrottledError as wrapped:
+        assert error_code(wrapped) == "ThrottlingException"
+    try:
+        try:
+            raise ConnectionResetError(104, "reset")
+        except OSError as exc:
+            raise TransientError("DynamoDB UpdateItem failed") from exc
+    except TransientError as wrapped:
+        assert error_code(wrapped) == "ConnectionResetError"
