@@ -52,7 +52,7 @@ from typing import Any
 import attrs
 import orjson
 
-from benchmarks.chaos_soak_fleet import ROOT, Deliveries, Fleet, Sample
+from benchmarks.chaos_soak_fleet import ROOT, Deliveries, Fleet, Sample, fault_front
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.testing.emulators import LocalAws, find_kinesis_local, kinesis_local, moto_process
 
@@ -78,6 +78,10 @@ class SoakSettings:
     reshard_every: float | None = None
     max_shards: int = 8
     drain_timeout: float = 180.0
+    #: The fault proxy between workers and emulators (0 and False: none; see ``fault_front``).
+    faults: float = 0.0
+    fault_latency: float = 0.0
+    limits: bool = False
 
 
 @attrs.frozen
@@ -109,6 +113,9 @@ class SoakResult:
     producer_retries: int = 0
     #: Up to 10 duplicates attributed to planned_move or none, with their workers' events.
     unexplained: tuple[dict[str, Any], ...] = ()
+    #: What the fault proxy injected, by kind, and the limit answers it gave, by limit.
+    faults: dict[str, int] = attrs.field(factory=dict)
+    limit_answers: dict[str, int] = attrs.field(factory=dict)
 
     @property
     def unattributed(self) -> int:
@@ -131,6 +138,8 @@ class SoakResult:
             "warmup_seconds": round(self.warmup_seconds, 1),
             "drain_seconds": round(self.drain_seconds, 1),
             "producer_retries": self.producer_retries,
+            "faults": self.faults,
+            "limit_answers": self.limit_answers,
             "unexplained": list(self.unexplained),
             "processes": [
                 {
@@ -270,8 +279,12 @@ async def _reshard(
             print(f"reshard failed: {exc}", file=sys.stderr)
 
 
-def _attribute(fleet: Fleet, shard: str, workers: Sequence[str], lost: set[tuple[str, str]]) -> str:
+def _attribute(
+    fleet: Fleet, shard: str, workers: Sequence[str], lost: set[tuple[str, str]], faults: bool
+) -> str:
     involved = set(workers)
+    if faults and len(involved) == 1 and not involved & (fleet.killed | fleet.stalled):
+        return "fault_retry"  # redelivered to its own worker: a checkpoint the faults failed
     if involved & fleet.killed:
         return "kill"
     if involved & fleet.stalled:
@@ -285,9 +298,22 @@ def _attribute(fleet: Fleet, shard: str, workers: Sequence[str], lost: set[tuple
 
 async def run_soak(aws: LocalAws, stream: str, out: Path, settings: SoakSettings) -> SoakResult:
     """The soak against running emulators; ``stream`` must not exist yet."""
+    s = settings
+    async with fault_front(aws, s.faults, s.fault_latency, s.limits, s.seed) as (front, proxy):
+        result = await _soak(aws, front, stream, out, settings)
+    if proxy is None:
+        return result
+    answers = dict(proxy.limits.answers) if proxy.limits is not None else {}
+    return attrs.evolve(result, faults=dict(proxy.injected), limit_answers=answers)
+
+
+async def _soak(
+    aws: LocalAws, front: LocalAws, stream: str, out: Path, settings: SoakSettings
+) -> SoakResult:
+    """The soak; the workers reach the emulators at ``front``, the producer at ``aws``."""
     rng = random.Random(settings.seed)
     t0 = time.monotonic()
-    fleet = Fleet(aws, stream, out, settings.failover, t0)
+    fleet = Fleet(front, stream, out, settings.failover, t0)
     actions: Counter[str] = Counter()
     reshards: Counter[str] = Counter()
     deliveries = Deliveries(out)
@@ -356,7 +382,7 @@ async def run_soak(aws: LocalAws, stream: str, out: Path, settings: SoakSettings
     lost_leases = fleet.lost_leases()
     for (shard, seq), workers in deliveries.by_record.items():
         if len(workers) > 1:
-            cause = _attribute(fleet, shard, workers, lost_leases)
+            cause = _attribute(fleet, shard, workers, lost_leases, bool(settings.faults))
             duplicates[cause] += len(workers) - 1
             if cause in ("planned_move", "none") and len(unexplained) < 10:
                 events = [e for e in fleet.events if e[1] in workers]
@@ -393,6 +419,8 @@ def _print(result: SoakResult) -> None:
     print(f"lost {d['lost']}, warm-up {d['warmup_seconds']}s, drain {d['drain_seconds']}s")
     print(f"chaos actions: {d['actions']}  reshards: {d['reshards']}")
     print(f"duplicates by cause: {d['duplicates']}")
+    if d["faults"] or d["limit_answers"]:
+        print(f"faults injected: {d['faults']}  limit answers: {d['limit_answers']}")
     for p in d["processes"]:
         flag = "  GREW" if p["grew"] else ""
         print(
@@ -412,6 +440,9 @@ async def _main(args: argparse.Namespace) -> SoakResult:
         failover=args.failover,
         seed=args.seed,
         reshard_every=args.reshard_every if args.kinesis_local else None,
+        faults=args.faults,
+        fault_latency=args.fault_latency,
+        limits=args.limits,
     )
     with contextlib.ExitStack() as stack:
         aws = stack.enter_context(moto_process())
@@ -437,6 +468,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--kinesis-local", action="store_true", help="stream on kinesis-local")
     p.add_argument("--reshard-every", type=float, default=30.0)
+    p.add_argument(
+        "--faults", type=float, default=0.0, help="share of requests failed by the fault proxy"
+    )
+    p.add_argument(
+        "--fault-latency", type=float, default=0.0, help="share of requests delayed by 0-2 s"
+    )
+    p.add_argument("--limits", action="store_true", help="enforce the Kinesis limits")
     p.add_argument("--json", action="store_true")
     p.add_argument("--keep", metavar="DIR", help="keep the workers' output and logs in DIR")
     args = p.parse_args(argv)

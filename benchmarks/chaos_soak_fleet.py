@@ -19,11 +19,14 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
 
 from kclasync.testing.emulators import LocalAws
+from kclasync.testing.fault_proxy import FaultPlan, FaultProxy
+from kclasync.testing.service_limits import ServiceLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 _LOST = re.compile(r"worker (\S+) lost lease (\S+?):")
@@ -215,3 +218,23 @@ class Fleet:
             if not await self._wait_exit(w, 20):
                 w.proc.kill()
                 w.proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def fault_front(
+    aws: LocalAws, faults: float, latency: float, limits: bool, seed: int
+) -> AsyncIterator[tuple[LocalAws, FaultProxy | None]]:
+    """The emulators as the workers reach them: through the fault proxy (``faults``: the share
+    of requests, on both services, that meet a breaking fault; ``latency``: the share delayed
+    by 0-2 s; ``limits``: the Kinesis limits enforced), or directly when none is asked for."""
+    if not (faults or latency or limits):
+        yield aws, None
+        return
+    upstreams = {
+        "dynamodb": aws.endpoint_url,
+        "kinesis": aws.kinesis_endpoint_url or aws.endpoint_url,
+    }
+    plan = FaultPlan.mixed(faults, latency=latency) if faults or latency else FaultPlan()
+    proxy = FaultProxy(upstreams, plan=plan, seed=seed, limits=ServiceLimits() if limits else None)
+    async with proxy as url:
+        yield LocalAws(url), proxy

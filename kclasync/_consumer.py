@@ -257,11 +257,18 @@ class Consumer:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._background)
 
+    def _sdk_retry(self, service: str, operation: str, code: str) -> None:
+        """botocore's own retries on a client kclasync made, in ``kclasync_aws_retries_total``."""
+        labels = (self._spec.application, self.worker_id, "sdk", service, operation, code)
+        self.metrics.retries.labels(*labels).inc()
+
     async def run(self) -> None:
         """Consume until ``stop()``. Raises the error that stopped it, if any."""
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(log_context(worker=self.worker_id))
-            adapters = await self._backend._connect(stack, self._table_name)
+            adapters = await self._backend._connect(
+                stack, self._table_name, on_retry=self._sdk_retry
+            )
             if self._wall_clock is not None:
                 adapters = attrs.evolve(adapters, wall_clock=self._wall_clock)
             self._worker = build_worker(

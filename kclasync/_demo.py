@@ -114,6 +114,8 @@ class _Producer:
             results = await self.client.put_records(STREAM, chunk)
             retry = [entry for entry, res in zip(chunk, results, strict=True) if res is None]
             pending = retry + pending
+            if retry:  # throttled entries (over a shard's write limit): back off a little
+                await asyncio.sleep(0.1)
 
     async def steady(self, rate: int, seconds: float) -> None:
         loop = asyncio.get_running_loop()
@@ -172,7 +174,15 @@ async def run_demo(
     return 0 if ok else 1
 
 
-async def _run(settings: DemoSettings, options: ClientOptions, say: Say) -> DemoResult:
+async def _run(
+    settings: DemoSettings,
+    options: ClientOptions,
+    say: Say,
+    *,
+    consumer_config: Mapping[str, object] | None = None,
+) -> DemoResult:
+    """The demo's fleet against ``options``' emulator; ``consumer_config`` overrides the
+    workers' ``ConsumerConfig`` fields (the tests' read pacing)."""
     tally = _Tally()
     result = DemoResult()
     async with options.create_client("kinesis") as kin, options.create_client("dynamodb") as ddb:
@@ -191,13 +201,16 @@ async def _run(settings: DemoSettings, options: ClientOptions, say: Say) -> Demo
                 application_name=APPLICATION,
                 processor=tally.handler_for(f"worker-{i}"),
                 config=ConsumerConfig(
-                    worker_id=f"worker-{i}",
-                    failover_time=settings.failover,
-                    initial_position="TRIM_HORIZON",
-                    idle_time_between_reads=0.2,
-                    min_time_between_reads=0.0,
-                    shard_sync_interval=10.0,
-                    shutdown_timeout=10.0,
+                    **{  # type: ignore[arg-type]
+                        "worker_id": f"worker-{i}",
+                        "failover_time": settings.failover,
+                        "initial_position": "TRIM_HORIZON",
+                        "idle_time_between_reads": 0.2,
+                        "min_time_between_reads": 0.0,
+                        "shard_sync_interval": 10.0,
+                        "shutdown_timeout": 10.0,
+                        **(consumer_config or {}),
+                    }
                 ),
                 client_options=options,
                 registry=registry,

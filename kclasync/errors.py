@@ -69,3 +69,21 @@ class StreamNotFoundError(KclAsyncError):
     def __init__(self, stream: str) -> None:
         self.stream = stream
         super().__init__(f"stream {stream!r} does not exist")
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of ``exc`` or of an exception it was raised from (botocore's
+    ``ClientError`` carries it in ``response["Error"]["Code"]``); else the type name of the
+    innermost cause, such as ``ServerDisconnectedError`` for a connection the server closed.
+    For metrics and logs: the label of a retry."""
+    seen: BaseException | None = exc
+    last = exc
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            if code:
+                return str(code)
+        last = seen
+        seen = seen.__cause__ or seen.__context__
+    return type(last).__name__

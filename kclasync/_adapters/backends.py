@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,6 +30,9 @@ from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, Stre
 from kclasync._adapters.worker_registry import WorkerRegistry
 
 __all__ = ["AWSBackend", "AdapterBackend", "Adapters", "Backend"]
+
+#: Told of each retry the SDK makes inside one call: (service, operation, error code).
+OnRetry = Callable[[str, str, str], None] | None
 
 
 @attrs.frozen
@@ -55,8 +59,11 @@ class Backend(abc.ABC):
     internal; the two backends are the supported ones."""
 
     @abc.abstractmethod
-    async def _connect(self, stack: contextlib.AsyncExitStack, table_name: str) -> Adapters:
-        """The adapters of one worker on ``table_name``; clients are closed with ``stack``."""
+    async def _connect(
+        self, stack: contextlib.AsyncExitStack, table_name: str, *, on_retry: OnRetry = None
+    ) -> Adapters:
+        """The adapters of one worker on ``table_name``; clients are closed with ``stack``.
+        ``on_retry(service, operation, code)``: told of each retry an SDK makes by itself."""
 
 
 class AWSBackend(Backend):
@@ -79,7 +86,10 @@ class AWSBackend(Backend):
             raise ValueError("give either client_options or region/endpoint/session")
         self.client_options = client_options
 
-    async def _connect(self, stack: contextlib.AsyncExitStack, table_name: str) -> Adapters:
+    async def _connect(
+        self, stack: contextlib.AsyncExitStack, table_name: str, *, on_retry: OnRetry = None
+    ) -> Adapters:
+        from kclasync._adapters import sdk_retries
         from kclasync._adapters.coordinator_state import (
             DynamoCoordinatorState,
             coordinator_table_name,
@@ -97,6 +107,9 @@ class AWSBackend(Backend):
         session = options.new_session()
         ddb = await stack.enter_async_context(options.create_client("dynamodb", session))
         kin = await stack.enter_async_context(options.create_client("kinesis", session))
+        if on_retry is not None:
+            for client, service in ((ddb, "dynamodb"), (kin, "kinesis")):
+                sdk_retries.count(client, functools.partial(on_retry, service))
 
         async def legacy_cleanup() -> list[str]:
             return await remove_legacy_registry_items(ddb, table_name)
@@ -137,7 +150,9 @@ class AdapterBackend(Backend):
         self.wall_clock = wall_clock
         self.cpu_reader = cpu_reader
 
-    async def _connect(self, stack: contextlib.AsyncExitStack, table_name: str) -> Adapters:
+    async def _connect(
+        self, stack: contextlib.AsyncExitStack, table_name: str, *, on_retry: OnRetry = None
+    ) -> Adapters:
         registry = self.registry
         if registry is None:
             store = self.store

@@ -54,6 +54,12 @@ class ResubscribePolicy:
     refresh_after: float = 285.0
     quick_end: float = 1.0
     max_failures: int | None = None
+    #: The service's limits per consumer and shard: a SubscribeToShard within
+    #: ``success_interval`` of the last one it accepted is refused (ResourceInUse), and more
+    #: than one call per ``call_interval`` is throttled (LimitExceeded). A resubscription waits
+    #: for both, counted from the start of the subscription that ended.
+    success_interval: float = 5.0
+    call_interval: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.base_backoff <= self.max_backoff:
@@ -134,9 +140,34 @@ def decide(
     events: int,
     policy: ResubscribePolicy,
     rng: random.Random,
+    since_accepted: float | None = None,
 ) -> Decision:
     """What to do after a subscription ``age`` seconds old that delivered ``events`` events
-    ended as ``ending``. ``progress`` already includes every event handed on."""
+    ended as ``ending``. ``progress`` already includes every event handed on.
+    ``since_accepted``: seconds since the start of the last call the service may have accepted
+    (its event stream began, or the connection dropped after the request was sent; None:
+    none). The next call waits until ``call_interval`` after this one and ``success_interval``
+    after that one."""
+    decision = _decide(progress, ending, age=age, events=events, policy=policy, rng=rng)
+    if decision.action is not Action.RESUBSCRIBE:
+        return decision
+    floor = policy.call_interval - age
+    if since_accepted is not None:
+        floor = max(floor, policy.success_interval - since_accepted)
+    if decision.delay >= floor:
+        return decision
+    return attrs.evolve(decision, delay=floor)
+
+
+def _decide(
+    progress: Progress,
+    ending: Ending,
+    *,
+    age: float,
+    events: int,
+    policy: ResubscribePolicy,
+    rng: random.Random,
+) -> Decision:
     if ending in _GIVE_UP:
         return Decision(Action.GIVE_UP, _GIVE_UP[ending], progress=progress)
     resume = resume_point(progress)

@@ -98,6 +98,7 @@ class FanOutCursor:
         ``ConsumerNotFoundError``, or the last error once the policy gives up."""
         loop = asyncio.get_running_loop()
         resume_after: str | None = None
+        accepted_at: float | None = None
         while True:
             sub = self.fanout.subscribe(
                 self.consumer_arn, self.stream, self.shard_id, self._position(resume_after)
@@ -108,8 +109,10 @@ class FanOutCursor:
             began = loop.time()
             error: AdapterError | None = None
             ending = Ending.COMPLETED
+            established = False
             try:
                 await sub.open()
+                established = True
                 async for event in sub:
                     yield event
                     last = event.records[-1].sequence_number if event.records else None
@@ -125,6 +128,8 @@ class FanOutCursor:
                 await sub.close()
             if ending is Ending.THROTTLED and self.on_throttle is not None:
                 self.on_throttle()
+            if established or ending is Ending.DROPPED:
+                accepted_at = began  # the service may count this call as accepted
             decision = decide(
                 self.progress,
                 ending,
@@ -132,6 +137,7 @@ class FanOutCursor:
                 events=sub.events_received,
                 policy=self.policy,
                 rng=self.rng,
+                since_accepted=None if accepted_at is None else loop.time() - accepted_at,
             )
             self.progress = decision.progress
             if decision.action is Action.GIVE_UP:

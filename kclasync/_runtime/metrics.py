@@ -91,6 +91,15 @@ class ConsumerMetrics:
         self.throttles = Counter(
             "kclasync_throttled_total", "Throttling errors from AWS", (*_W, "service"), registry=r
         )
+        self.retries = Counter(
+            "kclasync_aws_retries_total",
+            "AWS calls retried after a throttling or transient error, by who retried (layer: "
+            "sdk for botocore's own attempts, named by API operation; kclasync for the "
+            "runtime's, named by call, e.g. renew_lease), service, operation and the error "
+            "code (or network error) of the failed attempt",
+            (*_W, "layer", "service", "operation", "code"),
+            registry=r,
+        )
         self.fanout_subscriptions = Counter(
             "kclasync_fanout_subscriptions_total",
             "SubscribeToShard calls (enhanced fan-out)",

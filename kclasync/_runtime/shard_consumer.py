@@ -43,6 +43,7 @@ from kclasync.errors import (
     LeaseLostError,
     ProcessorFailedError,
     ShutdownCheckpointError,
+    error_code,
 )
 
 log = logging.getLogger("kclasync.shard")
@@ -328,6 +329,10 @@ class ShardConsumer:
                 self._skip_upto = None  # past the checkpointed record: nothing more to skip
         return out
 
+    def _count_retry(self, operation: str, exc: BaseException) -> None:
+        retries = self.metrics.retries
+        retries.labels(*self._labels2, "kclasync", "kinesis", operation, error_code(exc)).inc()
+
     async def _fetch(self, position: StartingPosition) -> None:
         if self._fanout is not None:
             return await self._fetch_fanout(self._fanout, position)
@@ -340,6 +345,7 @@ class ShardConsumer:
             backoff=cfg.throttle_backoff,
             max_backoff=cfg.max_backoff,
             on_throttle=self.metrics.throttles.labels(*self._labels2, "kinesis").inc,
+            on_retry=self._count_retry,
         )
         pause = ReadPause(0.0, 0)
         while True:

@@ -47,6 +47,7 @@ class ShardCursor:
         max_backoff: float = 5.0,
         attempts: int | None = None,
         on_throttle: Callable[[], None] | None = None,
+        on_retry: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         self.client = client
         self.stream = stream
@@ -56,6 +57,7 @@ class ShardCursor:
         self.max_backoff = max_backoff
         self.attempts = attempts
         self.on_throttle = on_throttle
+        self.on_retry = on_retry
         self.iterator: str | None = None
         #: Sequence number of the last record returned (where an expired iterator resumes).
         self.last_sequence: str | None = None
@@ -72,6 +74,8 @@ class ShardCursor:
                     self.on_throttle()
                 if self.attempts is not None and attempt >= self.attempts:
                     raise
+                if self.on_retry is not None:
+                    self.on_retry(what, exc)
                 log.info("%s on %s failed (%s); retrying in %.2fs", what, self.shard_id, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)

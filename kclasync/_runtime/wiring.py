@@ -26,7 +26,7 @@ from kclasync._core.expiry import ExpiryTracker
 from kclasync._core.fanout_session import ResubscribePolicy
 from kclasync._core.held_lease import HeldLease
 from kclasync._core.lease_taker import LeaseTaker
-from kclasync._core.retry_policy import policy_table
+from kclasync._core.retry_policy import OP_CLASS, OpClass, policy_table
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment, assignment_tasks
 from kclasync._runtime.early_failover import EarlyFailover
 from kclasync._runtime.fanout_streams import FanOutConsumers
@@ -50,7 +50,7 @@ from kclasync._runtime.shard_sync import ShardSync
 from kclasync._runtime.worker import Worker, WorkerParts, WorkerSpec, WorkerStop
 from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync._runtime.worker_startup import WorkerStartup
-from kclasync.errors import ConfigError
+from kclasync.errors import ConfigError, error_code
 
 __all__ = [
     "build_worker",
@@ -70,7 +70,18 @@ def retrier_for(spec: WorkerSpec) -> Retrier:
         max_backoff=cfg.max_backoff,
         leader_heartbeat_interval=cfg.leader_heartbeat_interval,
     )
-    return Retrier(policies, spec.rng)
+    retries = spec.metrics.retries
+
+    def on_retry(op: str, exc: BaseException) -> None:
+        service = "kinesis" if OP_CLASS[op] in _KINESIS_CLASSES else "dynamodb"
+        retries.labels(
+            spec.application, spec.worker_id, "kclasync", service, op, error_code(exc)
+        ).inc()
+
+    return Retrier(policies, spec.rng, on_retry)
+
+
+_KINESIS_CLASSES = (OpClass.STREAM_META, OpClass.READ_RECORDS)
 
 
 def shard_sync_for(

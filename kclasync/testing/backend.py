@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from kclasync._adapters.backends import Adapters, Backend
+from kclasync._adapters.backends import Adapters, Backend, OnRetry
 from kclasync._adapters.memory import (
     MemoryCoordinatorState,
     MemoryLeaseStore,
@@ -51,7 +51,9 @@ class MemoryBackend(Backend):
         """The checkpoint of every lease, by lease key (the shard id for a single stream)."""
         return {key: lease.checkpoint for key, lease in self._table.leases.items()}
 
-    async def _connect(self, stack: contextlib.AsyncExitStack, table_name: str) -> Adapters:
+    async def _connect(
+        self, stack: contextlib.AsyncExitStack, table_name: str, *, on_retry: OnRetry = None
+    ) -> Adapters:
         # One store per worker over the shared table; the lock items shared by all.
         store = MemoryLeaseStore(self._table)
         return Adapters(

@@ -27,31 +27,24 @@ from aiohttp import web
 from botocore.eventstream import EventStreamBuffer, EventStreamMessage
 
 from kclasync.testing.eventstream import INITIAL_RESPONSE, encode_message, event_message
+from kclasync.testing.relay import HttpRelay, relayed_headers
 
-_HOP = {"host", "content-length", "transfer-encoding", "connection"}
 
-
-class KinesisLocalFanOutRelay:
+class KinesisLocalFanOutRelay(HttpRelay):
     """``async with KinesisLocalFanOutRelay(upstream) as url:`` Kinesis calls to ``url`` reach
     kinesis-local at ``upstream``; fan-out answers are completed as the service sends them."""
 
     def __init__(self, upstream: str, region: str = "us-east-1") -> None:
+        super().__init__()
         self.upstream = upstream.rstrip("/")
         self.region = region
-        self.url = ""
         self.shard_ends_sent = 0
         #: Requests relayed, by operation (the X-Amz-Target's last part).
         self.operations: Counter[str] = Counter()
-        self._runner: web.AppRunner | None = None
-        self._http: aiohttp.ClientSession | None = None
         self._kinesis: Any = None
-        self._exit = contextlib.AsyncExitStack()
 
-    async def __aenter__(self) -> str:
-        self._http = await self._exit.enter_async_context(
-            aiohttp.ClientSession(auto_decompress=False)
-        )
-        self._kinesis = await self._exit.enter_async_context(
+    async def _started(self, stack: contextlib.AsyncExitStack) -> None:
+        self._kinesis = await stack.enter_async_context(
             get_session().create_client(
                 "kinesis",
                 endpoint_url=self.upstream,
@@ -60,32 +53,14 @@ class KinesisLocalFanOutRelay:
                 aws_secret_access_key="relay",
             )
         )
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
-        return self.url
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        await self._exit.aclose()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        assert self._http is not None
         body = await request.read()
         self.operations[request.headers.get("X-Amz-Target", "").rpartition(".")[2]] += 1
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        upstream = await self._http.request(
-            request.method, self.upstream + request.path_qs, headers=headers, data=body
-        )
+        upstream = await self.forward(request, body, self.upstream)
         is_stream = "eventstream" in upstream.headers.get("Content-Type", "")
         try:
-            out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+            out_headers = relayed_headers(upstream.headers)
             if not is_stream:
                 return web.Response(
                     status=upstream.status, headers=out_headers, body=await upstream.read()

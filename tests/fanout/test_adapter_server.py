@@ -33,7 +33,14 @@ from kclasync.testing.eventstream import FanOutServer, Fault
 
 SHARD = "shardId-000000000000"
 TRIM = StartingPosition(IteratorType.TRIM_HORIZON)
-FAST = ResubscribePolicy(base_backoff=0.01, max_backoff=0.05, in_use_backoff=0.02)
+# No waits for the service's limits (the test server has none; tests/faults checks them).
+FAST = ResubscribePolicy(
+    base_backoff=0.01,
+    max_backoff=0.05,
+    in_use_backoff=0.02,
+    success_interval=0.0,
+    call_interval=0.0,
+)
 
 
 @pytest.fixture
@@ -265,7 +272,13 @@ async def test_cursor_renews_subscriptions_from_the_continuation(
     seqs = await put(server, 3)
     arn = await consumer_arn(fanout, server)
     reasons: list[str] = []
-    policy = ResubscribePolicy(base_backoff=0.01, max_backoff=0.05, refresh_after=refresh_after)
+    policy = ResubscribePolicy(
+        base_backoff=0.01,
+        max_backoff=0.05,
+        refresh_after=refresh_after,
+        success_interval=0.0,
+        call_interval=0.0,
+    )
     c = FanOutCursor(
         fanout, arn, "fanout-stream", SHARD, TRIM, policy=policy, on_resubscribe=reasons.append
     )
@@ -319,7 +332,12 @@ async def test_cursor_gives_up_after_max_failures(
     for _ in range(3):
         server.fault(Fault(error="ResourceInUseException"))
     policy = ResubscribePolicy(
-        base_backoff=0.01, max_backoff=0.02, in_use_backoff=0.01, max_failures=3
+        base_backoff=0.01,
+        max_backoff=0.02,
+        in_use_backoff=0.01,
+        max_failures=3,
+        success_interval=0.0,
+        call_interval=0.0,
     )
     c = FanOutCursor(fanout, arn, "fanout-stream", SHARD, TRIM, policy=policy)
     with pytest.raises(SubscriptionInUseError):

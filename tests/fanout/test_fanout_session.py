@@ -134,3 +134,30 @@ def test_refresh_before_the_five_minute_limit() -> None:
         ResubscribePolicy(refresh_after=300.0)
     with pytest.raises(ValueError):
         ResubscribePolicy(base_backoff=3.0, max_backoff=1.0)
+
+
+def test_a_resubscription_waits_for_the_services_subscribe_limits() -> None:
+    """Within 5 s of a call the service accepted, SubscribeToShard is refused
+    (ResourceInUse); above one call per second it is throttled (LimitExceeded)."""
+    rng = random.Random(1)
+    policy = ResubscribePolicy()
+    dropped = decide(
+        Progress(), Ending.DROPPED, age=0.3, events=1, policy=policy, rng=rng, since_accepted=0.3
+    )
+    assert dropped.action is Action.RESUBSCRIBE and dropped.delay == pytest.approx(4.7)
+    in_use = decide(
+        Progress(), Ending.IN_USE, age=0.05, events=0, policy=policy, rng=rng, since_accepted=2.0
+    )
+    assert in_use.delay == pytest.approx(3.0)
+    refused = decide(Progress(), Ending.THROTTLED, age=0.05, events=0, policy=policy, rng=rng)
+    assert refused.delay >= 0.95
+    renewed = decide(
+        Progress(),
+        Ending.REFRESHED,
+        age=285.0,
+        events=9,
+        policy=policy,
+        rng=rng,
+        since_accepted=285,
+    )
+    assert renewed.delay == 0.0
