@@ -209,13 +209,13 @@ def load_settings(path: str) -> MultiLangSettings:
         "clientVersionConfig",
         ("CLIENT_VERSION_CONFIG_3X", "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X"),
     )
-    # The daemon's default is KCL 3.x: the leader assigns leases (so kclasync and Java 3.x
-    # daemons share a table during a switch); compatible-with-2.x: every worker takes leases.
-    fields["lease_taker"] = (
-        LeaseTakerKind.KCL2
-        if version == "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X"
-        else LeaseTakerKind.KCL3
-    )
+    # Not set: kclasync's own lease taker (fast failover). CLIENT_VERSION_CONFIG_3X: the KCL 3.x
+    # leader-assigned mode, for a table shared with Java 3.x daemons at the same time;
+    # COMPATIBLE_WITH_2X: the KCL 2.x rules (every worker takes leases).
+    if version == "CLIENT_VERSION_CONFIG_3X":
+        fields["lease_taker"] = LeaseTakerKind.KCL3
+    elif version == "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X":
+        fields["lease_taker"] = LeaseTakerKind.KCL2
     timeout = values.whole("timeoutInSeconds", minimum=1)
     if values.flag("callProcessRecordsEvenForEmptyRecordList"):
         notes.append(
