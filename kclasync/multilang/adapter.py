@@ -94,11 +94,18 @@ class MultiLangProcessor:
             return
         self._children.add(self._child)
         start = shard.starting_checkpoint
-        await self._converse(
-            p.INITIALIZE,
-            p.encode_initialize(shard.shard_id, start.value, start.sub_sequence),
-            None,
-        )
+        try:
+            await self._converse(
+                p.INITIALIZE,
+                p.encode_initialize(shard.shard_id, start.value, start.sub_sequence),
+                None,
+            )
+        except asyncio.CancelledError:
+            # Cancelled before the shard started (its lease lost): no other call will come, so
+            # the child is not left running.
+            self._child.kill()
+            self._children.discard(self._child)
+            raise
 
     async def process_records(
         self,
