@@ -68,10 +68,11 @@ class MultiLangWorker:
         self.events_file = workdir / f"{worker_id}.records.events"
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> MultiLangWorker:
+    def start(self, extra_env: Mapping[str, str] | None = None) -> MultiLangWorker:
         self.out_file.touch()
         env = {
             **os.environ,
+            **(extra_env or {}),
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_REGION": REGION,
@@ -92,10 +93,9 @@ class MultiLangWorker:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    @property
-    def pid(self) -> int:
-        assert self._proc is not None
-        return self._proc.pid
+    def wait_exit(self) -> int | None:
+        """The exit status, once the process has exited by itself; None while it runs."""
+        return None if self._proc is None else self._proc.poll()
 
     def stop(self, *, kill: bool = False, grace: float = 30.0) -> int | None:
         """SIGTERM to the worker alone (graceful), or SIGKILL; SIGKILL after ``grace``."""
