@@ -77,7 +77,7 @@ def _multilang_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="A drop-in for the Java KCL's MultiLangDaemon: the same properties file "
         "and record-processor programs, one child process per held shard.",
     )
-    p.add_argument("properties", nargs="?", help="the properties file")
+    p.add_argument("properties", nargs="?", metavar="FILE", help="the properties file")
     p.add_argument("--properties-file", "-p", dest="properties_option", help="the properties file")
 
 
