@@ -78,7 +78,13 @@ def _multilang_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "and record-processor programs, one child process per held shard.",
     )
     p.add_argument("properties", nargs="?", metavar="FILE", help="the properties file")
-    p.add_argument("--properties-file", "-p", dest="properties_option", help="the properties file")
+    p.add_argument(
+        "--properties-file",
+        "-p",
+        dest="properties_option",
+        metavar="FILE",
+        help="the properties file",
+    )
 
 
 def _common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
