@@ -70,6 +70,23 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
 
 
+def _multilang_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "multilang",
+        help="run a MultiLangDaemon properties file (record processors as child processes)",
+        description="A drop-in for the Java KCL's MultiLangDaemon: the same properties file "
+        "and record-processor programs, one child process per held shard.",
+    )
+    p.add_argument("properties", nargs="?", metavar="FILE", help="the properties file")
+    p.add_argument(
+        "--properties-file",
+        "-p",
+        dest="properties_option",
+        metavar="FILE",
+        help="the properties file",
+    )
+
+
 def _common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Options every command has (added to each subcommand, so a new one gets them too)."""
     for p in sub.choices.values():
@@ -116,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulation_cli.add_parser(sub)
     dashboard_cli.add_parser(sub)
     _workers_parser(sub)
+    _multilang_parser(sub)
     _common_options(sub)
     return parser
 
@@ -153,6 +171,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return simulation_cli.run(args)
     if args.command == "dashboard":
         return dashboard_cli.run(args)
+    if args.command == "multilang":
+        from kclasync.multilang.cli import run as multilang_run
+
+        return multilang_run(parser, args)
     if args.command == "demo":
         from kclasync._demo import DemoSettings, run_demo
         from kclasync.testing.emulators import require_moto

@@ -50,7 +50,7 @@ def test_examples_import_only_public_modules() -> None:
 
 
 def test_internal_modules_are_underscored() -> None:
-    public = {"errors", "integrations", "spark", "testing", "dashboard", "logging"}
+    public = {"errors", "integrations", "spark", "testing", "dashboard", "logging", "multilang"}
     package = ROOT / "kclasync"
     for entry in package.iterdir():
         name = entry.stem if entry.suffix == ".py" else entry.name

@@ -14,6 +14,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -159,11 +160,19 @@ class JavaKcl:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def stop(self, *, kill: bool = False, grace: float = 45.0) -> int | None:
+    def stop(self, *, kill: bool = False, grace: float = 45.0, group: bool = True) -> int | None:
         """SIGTERM (the daemon's graceful shutdown) or SIGKILL; SIGKILL after ``grace`` anyway.
-        The processor children share the JVM's process group and are stopped with it."""
+        The processor children share the JVM's process group and are stopped with it; with
+        ``group=False`` the SIGTERM goes to the JVM alone, so that its children live to answer
+        the daemon's ``shutdownRequested``."""
         proc, self._proc = self._proc, None
-        return None if proc is None else stop_process_group(proc, kill=kill, grace=grace)
+        if proc is None:
+            return None
+        if not group and not kill and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(grace)
+        return stop_process_group(proc, kill=kill, grace=grace)
 
     @contextlib.contextmanager
     def run(self) -> Iterator[JavaKcl]:

@@ -3,7 +3,8 @@
 It speaks the MultiLang protocol through amazon_kclpy (shipped with kclpy-ext), appends one line
 ``<shard> <partition key> <counter> <sequence number> <epoch seconds>`` per record to the file
 named by ``KCL_INTEROP_OUT`` and checkpoints after every batch, at shard end and when asked to
-shut down.
+shut down. Each call other than ``process_records`` appends ``<shard> <call>`` to the same file
+name plus ``.events``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ class RecordingProcessor(processor.RecordProcessorBase):  # type: ignore[misc]
         self.out = out
         self.shard = "?"
 
+    def _event(self, what: str) -> None:
+        with open(self.out + ".events", "a", encoding="utf-8") as fh:
+            fh.write(f"{self.shard} {what}\n")
+
     def initialize(self, initialize_input: Any) -> None:
         self.shard = initialize_input.shard_id
+        self._event(f"initialize {initialize_input.sequence_number}")
 
     def process_records(self, process_records_input: Any) -> None:
         lines = []
@@ -46,12 +52,14 @@ class RecordingProcessor(processor.RecordProcessorBase):  # type: ignore[misc]
             sys.stderr.write(f"checkpoint failed on {self.shard}: {exc}\n")
 
     def lease_lost(self, lease_lost_input: Any) -> None:
-        pass
+        self._event("leaseLost")
 
     def shard_ended(self, shard_ended_input: Any) -> None:
+        self._event("shardEnded")
         self._checkpoint(shard_ended_input.checkpointer)
 
     def shutdown_requested(self, shutdown_requested_input: Any) -> None:
+        self._event("shutdownRequested")
         self._checkpoint(shutdown_requested_input.checkpointer)
 
 

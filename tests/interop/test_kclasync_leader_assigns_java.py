@@ -1,17 +1,16 @@
 """A kclasync leader assigns leases to a Java KCL 3.x worker (the reverse of
 ``test_leader_and_registry.py``): one kclasync worker in the KCL 3.x-compatible mode
-(``lease_taker="kcl3"``; with ``KCLASYNC_INTEROP_STORIES=1`` also kclasync's own load-aware
-policy, ``"load"``) holds the leader lock and every lease; a Java MultiLangDaemon joins as
-a follower. The kclasync leader sees the Java worker through the ``WorkerMetricStats`` entry the
-Java worker writes, hands it leases (graceful handoffs), and the Java worker processes them:
-0 lost, the lock stays with kclasync, and the Java log shows no lease it could not parse.
+(``lease_taker="kcl3"``, and kclasync's own load-aware policy, ``"load"``) holds the leader lock
+and every lease; a Java MultiLangDaemon joins as a follower. The kclasync leader sees the Java
+worker through the ``WorkerMetricStats`` entry the Java worker writes, hands it leases (graceful
+handoffs), and the Java worker processes them: 0 lost, the lock stays with kclasync, and the Java
+log shows no lease it could not parse.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import time
 from collections import Counter
@@ -37,19 +36,7 @@ log = logging.getLogger(__name__)
 HANDED = re.compile(r"lease (\S+) to java-1$")
 
 
-@pytest.mark.parametrize(
-    "policy",
-    [
-        "kcl3",
-        pytest.param(
-            "load",
-            marks=pytest.mark.skipif(
-                os.environ.get("KCLASYNC_INTEROP_STORIES") != "1",
-                reason="one more JVM run (~40 s): set KCLASYNC_INTEROP_STORIES=1",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("policy", ["kcl3", "load"])
 async def test_kclasync_leader_assigns_leases_to_a_java_worker(
     policy: str,
     kinesis: LocalAws,
