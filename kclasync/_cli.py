@@ -74,6 +74,13 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--no-crash", action="store_true", help="do not crash a worker midway")
     p.add_argument("--plain", action="store_true", help="no screen redraws, just lines")
     p.add_argument(
+        "--record",
+        metavar="FILE",
+        default="kclasync-demo.jsonl",
+        help="record the run for `kclasync dashboard --replay FILE` (kclasync-demo.jsonl)",
+    )
+    p.add_argument("--no-record", action="store_true", help="do not record the run")
+    p.add_argument(
         "--verbose", "-v", action="store_true", help="log what the workers do; tracebacks"
     )
 
@@ -182,6 +189,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 record_size=args.record_size,
                 crash=not args.no_crash,
                 live=(not args.plain) and sys.stdout.isatty(),
+                record=None if args.no_record else args.record,
             )
         except ValueError as exc:
             parser.error(str(exc))
