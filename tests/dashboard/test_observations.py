@@ -89,7 +89,11 @@ def test_history_keeps_a_bounded_ring_per_lease_and_segments_that_close() -> Non
         touched = history.add([{**line, "reason": reason}])
         if t:
             closed, opened = touched["s0"]
-            assert (closed["owner"], closed["end"], closed["ended_by"]) == (owners[t - 1], t, reason)
+            assert (closed["owner"], closed["end"], closed["ended_by"]) == (
+                owners[t - 1],
+                t,
+                reason,
+            )
             assert (opened["owner"], opened["start"], opened["end"]) == (owner, t, None)
     ring = history.document()["timeline"]["s0"]
     assert [s["owner"] for s in ring] == ["w-c", "w-d", "w-e"]
@@ -109,7 +113,12 @@ def test_a_recording_round_trips_and_replays_its_end(tmp_path: Path) -> None:
     writer.close()
     recording = read_recording(path)
     assert (recording.application, recording.source) == ("billing", "dashboard")
-    assert [line["kind"] for line in recording.observations] == ["lease", "lease", "workers", "lease"]
+    assert [line["kind"] for line in recording.observations] == [
+        "lease",
+        "lease",
+        "workers",
+        "lease",
+    ]
     history = FleetHistory()
     history.add(recording.observations)
     document = replay_document("x", recording, history)
