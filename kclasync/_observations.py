@@ -61,7 +61,7 @@ REASONS = (
 #: An owner silent for this many times its usual renewal gap (or the time between reads, if
 #: longer) is taken to have stopped: renewals come every failover_time / 3, and a lease can only
 #: be taken without a handoff after failover_time without one.
-SILENCE_FACTOR = 2.0
+SILENCE_FACTOR = 1.5
 _GAPS_KEPT = 8
 
 
