@@ -74,6 +74,7 @@
       leases.dataset.col = "leases";
       const beat = cell(row, null);
       if (!w.registered) beat.appendChild(none());
+      else if (doc.replay) beat.appendChild(none("not recorded"));
       else if (w.heartbeat_age === null) beat.textContent = "alive (first seen)";
       else {
         beat.textContent = ago(w.heartbeat_age);
@@ -178,6 +179,17 @@
     }
   }
 
+  // A recording is shown whole at first (a demo's is a minute, a simulation's hours).
+  function wholeRecording(replay) {
+    const select = $("window");
+    if (select.querySelector("option[data-whole]") || replay.start === null) return;
+    const option = el("option", "the whole recording");
+    option.value = String(Math.max(10, Math.ceil((replay.end - replay.start) * 1.02)));
+    option.dataset.whole = "1";
+    select.appendChild(option);
+    select.value = option.value;
+  }
+
   function renderHistory() {
     if (!lastDoc) return;
     const seconds = windowSeconds();
@@ -195,7 +207,10 @@
     absorb(doc);
     $("application").textContent = doc.application;
     document.title = "kclasync · " + doc.application;
-    renderLeader(doc.leader);
+    if (doc.replay) {
+      $("leader").textContent = "leader: not recorded";
+      $("leader").className = "pill";
+    } else renderLeader(doc.leader);
     renderWorkers(doc);
     renderLeases(doc);
     renderChanges(doc);
@@ -206,6 +221,7 @@
     if (doc.replay) {
       $("connection").textContent = "replay (" + (doc.replay.source || "recording") + ")";
       $("connection").className = "pill warn";
+      wholeRecording(doc.replay);
     }
     renderHistory();
     document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
