@@ -217,6 +217,12 @@ async def test_a_simulated_hour_replayed_in_chromium(tmp_path: pathlib.Path) -> 
     app = _aiohttp.aiohttp_app(Dashboard("sim", replay=recording))
     async with serve_aiohttp(app) as base, chromium_page() as page:
         await page.navigate(base + "/")
+
+        async def replaying() -> bool:
+            pill = "(document.getElementById('connection') || {}).textContent"
+            return bool(await page.evaluate(pill) == "replay (simulation)")
+
+        await wait_until(replaying, 30, "the page shows the recording")
         await page.evaluate(
             "(() => { const s = document.getElementById('window'); s.value = '3600';"
             " s.dispatchEvent(new Event('change')); })()"
@@ -229,5 +235,3 @@ async def test_a_simulated_hour_replayed_in_chromium(tmp_path: pathlib.Path) -> 
         await wait_until(drawn, 30, "a series per simulated worker")
         bars = json.loads(await page.evaluate(TIMELINE))
         assert len(bars) >= 6 and all(bars[key] for key in bars if key.startswith("shardId"))
-        connection = await page.evaluate("document.getElementById('connection').textContent")
-        assert connection == "replay (simulation)"
