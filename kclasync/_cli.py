@@ -55,16 +55,31 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p = sub.add_parser(
         "demo",
         help="run a fleet, a producer and a crash on an in-process AWS emulator",
+        description=(
+            "Start an AWS emulator (moto) in this process, write a backlog to a stream, run "
+            "several workers that share its shards through the lease table while a producer "
+            "writes on, crash one worker midway (its leases expire and are taken over), and "
+            "account for every record at the end. Needs nothing installed but kclasync[demo]."
+        ),
     )
     p.add_argument("--shards", type=int, default=4, help="shards in the demo stream (4)")
     p.add_argument("--workers", type=int, default=3, help="workers sharing the stream (3)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of producing (30)")
     p.add_argument("--rate", type=int, default=400, help="records produced per second (400)")
-    p.add_argument("--backlog", type=int, default=20000, help="records written before start")
+    p.add_argument(
+        "--backlog", type=int, default=20000, help="records written before start (20000)"
+    )
     p.add_argument("--failover", type=float, default=3.0, help="lease failover time, s (3)")
     p.add_argument("--record-size", type=int, default=0, help="filler bytes per record (0)")
     p.add_argument("--no-crash", action="store_true", help="do not crash a worker midway")
     p.add_argument("--plain", action="store_true", help="no screen redraws, just lines")
+    p.add_argument(
+        "--record",
+        metavar="FILE",
+        default="kclasync-demo.jsonl",
+        help="record the run for `kclasync dashboard --replay FILE` (kclasync-demo.jsonl)",
+    )
+    p.add_argument("--no-record", action="store_true", help="do not record the run")
     p.add_argument(
         "--verbose", "-v", action="store_true", help="log what the workers do; tracebacks"
     )
@@ -196,6 +211,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 record_size=args.record_size,
                 crash=not args.no_crash,
                 live=(not args.plain) and sys.stdout.isatty(),
+                record=None if args.no_record else args.record,
             )
         except ValueError as exc:
             parser.error(str(exc))

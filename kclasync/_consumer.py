@@ -183,6 +183,8 @@ class Consumer:
         self._stop_requested = asyncio.Event()
         self._started = asyncio.Event()
         self._background: asyncio.Task[None] | None = None
+        #: What the last ``run()`` raised (None while it runs or after a clean stop).
+        self._run_error: Exception | None = None
 
     # -- introspection -------------------------------------------------------------------
 
@@ -202,6 +204,7 @@ class Consumer:
         task = self._background
         failed = task is not None and task.done() and not task.cancelled() and task.exception()
         failure = self._worker.failure if self._worker is not None else None
+        failure = failure or self._run_error
         return {
             "worker_id": self.worker_id,
             "running": self._started.is_set() and not self._stop_requested.is_set(),
@@ -263,7 +266,17 @@ class Consumer:
         self.metrics.retries.labels(*labels).inc()
 
     async def run(self) -> None:
-        """Consume until ``stop()``. Raises the error that stopped it, if any."""
+        """Consume until ``stop()``. Raises the error that stopped it, if any (and keeps it in
+        ``health["error"]``, so ``liveness()`` answers 503 after a ``run()`` that raised, even
+        one that raised before the worker started)."""
+        self._run_error = None
+        try:
+            await self._run()
+        except Exception as exc:
+            self._run_error = exc
+            raise
+
+    async def _run(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(log_context(worker=self.worker_id))
             adapters = await self._backend._connect(

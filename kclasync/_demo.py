@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TextIO
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 import orjson
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from kclasync._adapters.aws import ClientOptions
 from kclasync._adapters.dynamodb import DynamoLeaseStore
@@ -26,6 +27,9 @@ from kclasync._consumer import Consumer
 from kclasync._lease_view import render_leases
 from kclasync._records import Record
 from kclasync.testing.emulators import embedded_moto
+
+if TYPE_CHECKING:
+    from kclasync.dashboard._hub import Dashboard
 
 STREAM = "kclasync-demo"
 APPLICATION = "kclasync-demo"
@@ -54,6 +58,8 @@ class DemoSettings:
     record_size: int = 0
     crash: bool = True
     live: bool = False
+    #: Where to record the run for ``kclasync dashboard --replay`` (None: not recorded).
+    record: str | None = None
 
     def __attrs_post_init__(self) -> None:
         for name, (lo, hi) in _LIMITS.items():
@@ -171,6 +177,10 @@ async def run_demo(
         say(f"  peak rate {worker:<12}{rate:>10,.0f} records/s")
     ok = result.lost == 0
     say("  result                " + ("OK: every record was processed" if ok else "RECORDS LOST"))
+    if settings.record:
+        say()
+        say(f"The run is recorded in {settings.record}; see its charts and lease timeline with:")
+        say(f"  kclasync dashboard --replay {shlex.quote(settings.record)}")
     return 0 if ok else 1
 
 
@@ -185,7 +195,9 @@ async def _run(
     workers' ``ConsumerConfig`` fields (the tests' read pacing)."""
     tally = _Tally()
     result = DemoResult()
-    async with options.create_client("kinesis") as kin, options.create_client("dynamodb") as ddb:
+    async with contextlib.AsyncExitStack() as stack:
+        kin = await stack.enter_async_context(options.create_client("kinesis"))
+        ddb = await stack.enter_async_context(options.create_client("dynamodb"))
         client = KinesisStreamClient(kin)
         await client.create_stream(STREAM, settings.shards)
         producer = _Producer(client, settings.record_size)
@@ -225,6 +237,7 @@ async def _run(
         view = asyncio.create_task(
             _LiveView(settings, workers, state, tally, producer, store, say, result).run(started)
         )
+        recorder = await stack.enter_async_context(_recording(settings, options, registry))
         try:
             producing = asyncio.create_task(producer.steady(settings.rate, settings.duration))
             if settings.crash and settings.workers > 1:
@@ -260,6 +273,8 @@ async def _run(
             view.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await view
+            if recorder is not None:
+                await recorder.close()
         result.produced = producer.next_id
         result.consumed = len(set(range(producer.next_id)) & tally.deliveries.keys())
         result.deliveries = sum(tally.deliveries.values())
@@ -271,6 +286,31 @@ async def _run(
         for line in render_leases(scan.leases, processed=tally.by_shard):
             say("  " + line)
     return result
+
+
+@contextlib.asynccontextmanager
+async def _recording(
+    settings: DemoSettings, options: ClientOptions, registry: CollectorRegistry
+) -> AsyncIterator[Dashboard | None]:
+    """With ``settings.record``: a dashboard reading the demo's table and metrics every second
+    and writing what it sees to the file, for ``kclasync dashboard --replay``."""
+    if not settings.record:
+        yield None
+        return
+    from kclasync._observations import RecordingWriter
+    from kclasync.dashboard._hub import Dashboard
+
+    dashboard = Dashboard(
+        APPLICATION,
+        client_options=options,
+        metrics_text=lambda: generate_latest(registry).decode(),
+        record=RecordingWriter(settings.record, APPLICATION, "demo"),
+    )
+    try:
+        async with dashboard.listen():  # reads while the demo runs
+            yield dashboard
+    finally:
+        await dashboard.close()
 
 
 @attrs.define

@@ -64,7 +64,7 @@ async def set_sticky(
         try:
             await store.set_sticky(key, value, worker)
         except KeyError as exc:
-            print(exc.args[0], file=sys.stderr)
+            print(f"kclasync sticky: error: {exc.args[0]}", file=sys.stderr)
             return 1
     what = {None: "unpinned (normal)", 10: "pinned (Sticky=10)", 20: "released (Sticky=20)"}
     print(f"{key}: {what[value]}" + (f" to {worker}" if worker else ""))

@@ -171,6 +171,26 @@ def _requires_arguments(func: object) -> bool:
     )
 
 
+def _check_handler_arity(handle: object) -> None:
+    """A record handler is called with one argument, the batch; refuse one that cannot be."""
+    try:
+        signature = inspect.signature(handle)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return  # not introspectable (some builtins): trust it
+    try:
+        signature.bind(())
+    except TypeError:
+        name = getattr(handle, "__name__", type(handle).__name__)
+        empty = inspect.Parameter.empty
+        params = ", ".join(str(p.replace(annotation=empty)) for p in signature.parameters.values())
+        raise TypeError(
+            f"processor= got `async def {name}({params})`, but a record handler is called "
+            f"with one argument, the batch; write `async def {name}(records): ...`, or a "
+            "processor class with `async def process_records(self, records, checkpointer, "
+            "millis_behind_latest)` to get the checkpointer and the lag too"
+        ) from None
+
+
 def processor_factory(processor: object, *, buffered: bool = False) -> ProcessorFactory:
     """Turn what the user passed as ``processor=`` into a per-shard factory.
 
@@ -183,6 +203,7 @@ def processor_factory(processor: object, *, buffered: bool = False) -> Processor
         and inspect.iscoroutinefunction(processor.__call__)
     )
     if inspect.iscoroutinefunction(processor) or is_async_callable:
+        _check_handler_arity(processor)
         handle: Handler = processor  # type: ignore[assignment]
 
         def make_handler() -> RecordProcessor:

@@ -61,6 +61,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--json", action="store_true", help="print each report as one JSON line")
     p.add_argument(
+        "--record",
+        metavar="FILE",
+        help="write the run's ownership changes and per-worker rates to FILE (one seed), "
+        "for `kclasync dashboard --replay FILE`",
+    )
+    p.add_argument(
         "--load-scenario",
         type=float,
         default=None,
@@ -105,6 +111,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kclasync simulate: {exc}", file=sys.stderr)
         return 2
+    if args.record and (args.seeds > 1 or args.jobs > 1 or args.load_scenario is not None):
+        print(
+            "kclasync simulate: --record records one run: not with --seeds, --jobs or "
+            "--load-scenario",
+            file=sys.stderr,
+        )
+        return 2
     if args.load_scenario is not None:
         from kclasync._simulation.load_scenario import compare_policies, format_comparison
 
@@ -128,7 +141,22 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for offset in range(max(1, args.seeds)):
         settings = attrs.evolve(base, seed=base.seed + offset)
-        report = run_simulation(settings, wall_limit=args.wall_limit)
+        writer = None
+        if args.record:
+            from kclasync._observations import RecordingWriter
+            from kclasync._simulation.settings import APPLICATION
+
+            try:
+                writer = RecordingWriter(args.record, APPLICATION, "simulation")
+            except OSError as exc:
+                print(f"kclasync simulate: error: {exc}", file=sys.stderr)
+                return 1
+        report = run_simulation(settings, wall_limit=args.wall_limit, record=writer)
+        if args.record:
+            print(
+                f"recorded to {args.record}: kclasync dashboard --replay {args.record}",
+                file=sys.stderr,
+            )
         if report.violation_count:
             failed += 1
         if args.json:

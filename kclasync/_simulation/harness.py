@@ -27,6 +27,7 @@ import logging
 import random
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from kclasync._adapters.memory import NO_FAULTS, FaultPlan, MemoryLeaseTable, MemoryStream
 from kclasync._simulation.faults import (
@@ -42,6 +43,10 @@ from kclasync._simulation.invariants import InvariantChecker
 from kclasync._simulation.report import SimulationReport
 from kclasync._simulation.settings import STREAM, SimulationSettings
 from kclasync._simulation.worker import SimWorker, now
+
+if TYPE_CHECKING:
+    from kclasync._observations import RecordingWriter
+    from kclasync._simulation.recording import SimulationRecorder
 
 
 class _ErrorCounter(logging.Handler):
@@ -111,6 +116,8 @@ class Simulation:
         self.faults_end = 0.0
         self.balanced_at: float | None = None
         self.lease_samples: list[int] = []
+        #: Writes what the run looks like to a dashboard (``simulate --record``), or None.
+        self.recorder: SimulationRecorder | None = None
 
     @property
     def workers(self) -> list[SimWorker]:
@@ -197,6 +204,9 @@ class Simulation:
         self.producing = True
         self.faults_active = True
         producer = asyncio.create_task(self._produce())
+        recording = None
+        if self.recorder is not None:
+            recording = asyncio.create_task(self.recorder.run(), name="record")
         for _ in range(s.workers):
             self.fleet.later(self.rng_workers.uniform(0, f), self.fleet.start_worker)
         injectors = [
@@ -237,6 +247,9 @@ class Simulation:
                 f"{rounds} taker rounds after the faults stopped: {orphans} leases not held "
                 f"by a live worker, held per worker {low}..{high}",
             )
+        if recording is not None:
+            recording.cancel()
+            await asyncio.gather(recording, return_exceptions=True)
         await self.fleet.cancel_all()
         self.checker.finish(now=now(), shards=[sh.shard_id for sh in self.stream.shards])
         wall = time.perf_counter() - wall_start
@@ -246,12 +259,26 @@ class Simulation:
 
 
 def run_simulation(
-    settings: SimulationSettings, *, wall_limit: float | None = None
+    settings: SimulationSettings,
+    *,
+    wall_limit: float | None = None,
+    record: RecordingWriter | None = None,
 ) -> SimulationReport:
-    """Run one simulation on a fresh virtual-time loop (``wall_limit``: see ``run_virtual``)."""
+    """Run one simulation on a fresh virtual-time loop (``wall_limit``: see ``run_virtual``);
+    ``record``: write its observations there, as ``kclasync dashboard --record`` does."""
     from kclasync._simulation.clock import run_virtual
 
-    return run_virtual(lambda: Simulation(settings).run(), wall_limit=wall_limit)
+    def build() -> Simulation:
+        simulation = Simulation(settings)
+        if record is not None:
+            from kclasync._simulation.recording import SimulationRecorder
+
+            simulation.recorder = SimulationRecorder(
+                record, simulation.table, simulation.fleet.registry
+            )
+        return simulation
+
+    return run_virtual(lambda: build().run(), wall_limit=wall_limit)
 
 
 __all__ = ["Simulation", "run_simulation"]

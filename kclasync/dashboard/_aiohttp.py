@@ -12,6 +12,7 @@ from aiohttp import web
 
 from kclasync.dashboard._assets import (
     EVENTS,
+    HISTORY,
     KEEPALIVE,
     SNAPSHOT,
     SSE_HEADERS,
@@ -40,6 +41,9 @@ def aiohttp_app(dashboard: Dashboard) -> web.Application:
     async def snapshot(request: web.Request) -> web.Response:
         return web.json_response(await dashboard.snapshot())
 
+    async def history(request: web.Request) -> web.Response:
+        return web.json_response(dashboard.history_document())
+
     async def events(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
@@ -55,6 +59,7 @@ def aiohttp_app(dashboard: Dashboard) -> web.Application:
     app.router.add_get("/", page)
     app.router.add_get("/" + EVENTS, events)
     app.router.add_get("/" + SNAPSHOT, snapshot)
-    app.router.add_get("/{path:static/[a-z.]+}", page)
+    app.router.add_get("/" + HISTORY, history)
+    app.router.add_get("/{path:static/[A-Za-z.]+(?:/[A-Za-z.]+)?}", page)
     app.on_cleanup.append(stop_polling)
     return app

@@ -14,6 +14,7 @@ from typing import Any
 
 from kclasync.dashboard._assets import (
     EVENTS,
+    HISTORY,
     KEEPALIVE,
     SNAPSHOT,
     SSE_HEADERS,
@@ -69,6 +70,9 @@ class DashboardAsgi:
             await _respond(send, 307, b"", {"Location": target})
         elif route == EVENTS:
             await self._events(receive, send)
+        elif route == HISTORY:
+            body = json.dumps(self.dashboard.history_document()).encode()
+            await _respond(send, 200, body, {"Content-Type": "application/json"})
         elif route == SNAPSHOT:
             body = json.dumps(await self.dashboard.snapshot()).encode()
             await _respond(send, 200, body, {"Content-Type": "application/json"})

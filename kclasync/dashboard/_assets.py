@@ -13,9 +13,20 @@ ASSETS = {
     "": ("index.html", "text/html; charset=utf-8"),
     "static/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     "static/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
+    "static/timeline.js": ("timeline.js", "text/javascript; charset=utf-8"),
+    "static/charts.js": ("charts.js", "text/javascript; charset=utf-8"),
+    # uPlot (MIT, its licence next to it), the charting library, from its npm package.
+    "static/vendor/uPlot.iife.min.js": (
+        "vendor/uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+    ),
+    "static/vendor/uPlot.min.css": ("vendor/uPlot.min.css", "text/css; charset=utf-8"),
+    "static/vendor/uPlot.LICENSE": ("vendor/uPlot.LICENSE", "text/plain; charset=utf-8"),
 }
 EVENTS = "events"
 SNAPSHOT = "snapshot.json"
+#: The timeline and the series the dashboard's process remembers (a page loads them once).
+HISTORY = "history.json"
 #: Seconds between keep-alive comments on an idle event stream.
 KEEPALIVE = 15.0
 
@@ -31,7 +42,7 @@ def asset(path: str) -> tuple[bytes, str] | None:
     body = _cache.get(name)
     if body is None:
         body = _cache[name] = (
-            resources.files("kclasync.dashboard").joinpath("static", name).read_bytes()
+            resources.files("kclasync.dashboard").joinpath("static", *name.split("/")).read_bytes()
         )
     return body, content_type
 

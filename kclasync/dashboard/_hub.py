@@ -12,10 +12,18 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from kclasync._adapters.aws import ClientOptions
+from kclasync._observations import (
+    LeaseTracker,
+    Recording,
+    RecordingWriter,
+    lease_reads,
+    workers_line,
+)
+from kclasync.dashboard._history import FleetHistory, replay_document
 from kclasync.dashboard._source import FleetSource
 from kclasync.dashboard._view import FleetRead, FleetView
 
@@ -37,15 +45,32 @@ class Dashboard:
         table: str | None = None,
         metrics_urls: Sequence[str] = (),
         interval: float = 1.0,
+        record: RecordingWriter | None = None,
+        metrics_text: Callable[[], str] | None = None,
+        replay: Recording | None = None,
     ) -> None:
+        """``record``: where to write what each read observes (see ``kclasync._observations``);
+        ``replay``: show this recording instead of reading the fleet."""
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval}")
         self.source = FleetSource(
-            application, client_options=client_options, table=table, metrics_urls=metrics_urls
+            application,
+            client_options=client_options,
+            table=table,
+            metrics_urls=metrics_urls,
+            metrics_text=metrics_text,
         )
         self.view = FleetView(application, self.source.table)
         self.interval = interval
+        self.tracker = LeaseTracker()
+        self.history = FleetHistory()
+        self.recorder = record
         self._latest: str | None = None
+        self.replaying = replay is not None
+        if replay is not None:
+            self.history = FleetHistory(samples=max(1, len(replay.observations)))
+            self.history.add(replay.observations)
+            self._latest = json.dumps(replay_document(application, replay, self.history))
         self._listeners: set[asyncio.Queue[str]] = set()
         self._poller: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
@@ -62,7 +87,16 @@ class Dashboard:
 
     def _publish(self, read: FleetRead) -> None:
         loop = asyncio.get_running_loop()
-        document = self.view.update(read, loop.time(), time.time())
+        wall = time.time()
+        document = self.view.update(read, loop.time(), wall)
+        observations = []
+        if read.leases_read:  # a failed read says nothing of the leases
+            observations = self.tracker.observe(wall, lease_reads(document["leases"]))
+            observations.append(workers_line(wall, document["workers"]))
+        if self.recorder is not None:
+            self.recorder.write_all(observations)
+        document["timeline_update"] = self.history.add(observations)
+        document["sample"] = self.history.samples[-1] if observations else None
         self._latest = json.dumps(document, separators=(",", ":"))
         for queue in self._listeners:
             if queue.full():
@@ -97,9 +131,13 @@ class Dashboard:
         finally:
             self._poller = None
 
+    def history_document(self) -> dict[str, Any]:
+        """The timeline and series remembered so far (for a page that loads)."""
+        return self.history.document()
+
     async def snapshot(self) -> dict[str, Any]:
         """The current document (one read of its own when nobody is listening)."""
-        if self._latest is None or self._poller is None:
+        if not self.replaying and (self._latest is None or self._poller is None):
             try:
                 async with self.source.open() as source:
                     await self._poll_once(source)
@@ -116,7 +154,7 @@ class Dashboard:
         if self._latest is not None:
             queue.put_nowait(self._latest)
         self._listeners.add(queue)
-        if self._poller is None and not self._closed.is_set():
+        if self._poller is None and not self._closed.is_set() and not self.replaying:
             self._poller = asyncio.create_task(self._poll(), name="kclasync dashboard poll")
         try:
             yield queue
@@ -143,7 +181,7 @@ class Dashboard:
         return None if self._closed.is_set() else ""
 
     async def close(self) -> None:
-        """Stop polling and end every open event stream."""
+        """Stop polling, end every open event stream, close the recording."""
         self._closed.set()
         self._listeners.clear()
         poller = self._poller
@@ -151,3 +189,5 @@ class Dashboard:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
+        if self.recorder is not None:
+            self.recorder.close()

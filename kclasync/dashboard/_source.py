@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -99,8 +99,12 @@ class FleetSource:
         client_options: ClientOptions | None = None,
         table: str | None = None,
         metrics_urls: Sequence[str] = (),
+        metrics_text: Callable[[], str] | None = None,
     ) -> None:
+        """``metrics_text``: the Prometheus text of workers in this process (their registry's
+        ``generate_latest``), read besides ``metrics_urls``."""
         self.application = application
+        self.metrics_text = metrics_text
         self.table = table or application
         self.client_options = client_options or ClientOptions()
         self.metrics_urls = tuple(metrics_urls)
@@ -156,8 +160,10 @@ class FleetSource:
         assert self._store is not None, "use inside open()"
         errors: list[str] = []
         scan = LeaseScan(())
+        leases_read = False
         try:
             scan = await self._store.list_leases()
+            leases_read = True
         except (ClientError, AdapterError) as exc:
             errors.append(f"lease table {self.table!r}: {exc}")
         assert self._registry is not None
@@ -166,6 +172,8 @@ class FleetSource:
         scraped = await asyncio.gather(*(self._scrape(url, errors) for url in self.metrics_urls))
         leader = await leader_task
         workers = await workers_task
+        if self.metrics_text is not None:
+            scraped.append(parse_worker_metrics(self.metrics_text(), self.application))
         return FleetRead(
             leases=scan.leases,
             corrupt=[str(exc) for exc in scan.corrupt],
@@ -173,4 +181,5 @@ class FleetSource:
             leader=leader,
             metrics=[m for ms in scraped for m in ms],
             errors=errors,
+            leases_read=leases_read,
         )

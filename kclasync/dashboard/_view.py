@@ -53,6 +53,8 @@ class FleetRead:
     leader: LockItem | None = None
     metrics: Sequence[WorkerMetrics] = ()
     errors: Sequence[str] = ()
+    #: False when the lease table could not be read (``leases`` is then empty, not the truth).
+    leases_read: bool = True
 
 
 @attrs.define

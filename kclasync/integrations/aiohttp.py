@@ -13,6 +13,9 @@
             print(record.shard_id, record.sequence_number, len(record.data))
 
 
+    # Starts at LATEST (the default): records put before this application first takes a
+    # shard's lease are not read. To read what the stream still retains, pass
+    # config=ConsumerConfig(initial_position="TRIM_HORIZON").
     consumer = Consumer(stream_name="orders", application_name="billing", processor=handle)
     app = web.Application()
     app.cleanup_ctx.append(consumer_context(consumer))
@@ -20,7 +23,8 @@
     add_probe_routes(app, consumer)  # GET /livez, /readyz
 
     if __name__ == "__main__":
-        web.run_app(app, port=int(os.environ.get("PORT", "8080")))
+        # 127.0.0.1: reachable from this host only; bind a wider address on purpose.
+        web.run_app(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8080")))
 
 The consumer starts with the app and stops gracefully on shutdown, SIGTERM included (batches
 finish, processors checkpoint, leases are released for the other instances).

@@ -14,6 +14,9 @@
             print(record.shard_id, record.sequence_number, len(record.data))
 
 
+    # Starts at LATEST (the default): records put before this application first takes a
+    # shard's lease are not read. To read what the stream still retains, pass
+    # config=ConsumerConfig(initial_position="TRIM_HORIZON").
     consumer = Consumer(stream_name="orders", application_name="billing", processor=handle)
     app = FastAPI(lifespan=consumer_lifespan(consumer))
     app.mount("/metrics", make_asgi_app())  # Prometheus scrapes kclasync_* here

@@ -170,3 +170,45 @@ def test_stream_missing_and_unknown_errors_at_function_level() -> None:
         raise ValueError("wrapped") from StreamNotFoundError("refunds")
     except ValueError as exc:
         assert explain(exc) == "stream 'refunds' does not exist"
+
+
+async def test_sticky_on_a_missing_lease_is_worded_like_the_other_errors(
+    tmp_path: Path, moto: LocalAws, unique_name: str
+) -> None:
+    import asyncio
+
+    from tests.support import aws_for
+
+    async with aws_for(moto, unique_name) as aws:
+        await aws.store.ensure_table()
+    env = _env(tmp_path, **CREDS)
+    args = ("-a", unique_name, "--endpoint-url", moto.endpoint_url, "--region", "us-east-1")
+    result = await asyncio.to_thread(run, env, "sticky", "pin", "shardId-9", *args)
+    assert one_line(result) == (
+        f"kclasync sticky: error: no lease 'shardId-9' in table {unique_name}"
+    )
+
+
+def test_demo_help_describes_the_demo_and_shows_every_default() -> None:
+    result = subprocess.run(
+        [EXE or "kclasync", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    text = " ".join(result.stdout.split())
+    assert "Start an AWS emulator (moto) in this process" in text
+    (sub,) = [a for a in build_parser()._actions if a.choices and a.dest == "command"]
+    assert isinstance(sub.choices, dict)
+    for action in sub.choices["demo"]._actions:
+        if action.default in (None, False) or not action.option_strings:
+            continue
+        if action.default == "==SUPPRESS==":
+            continue  # --help
+        assert (
+            f"({action.default:g})" in (action.help or "")
+            if isinstance(action.default, float)
+            else f"({action.default})" in (action.help or "")
+        ), action.option_strings
+    assert "records written before start (20000)" in text

@@ -38,6 +38,22 @@ WORKER_ROWS = """JSON.stringify([...document.querySelectorAll('#workers tbody tr
   r => [r.dataset.worker, r.querySelector('[data-col=leases]').textContent]))"""
 CHANGES = """JSON.stringify([...document.querySelectorAll('#changes li[data-lease]')].map(
   li => li.textContent))"""
+#: Points drawn per series of a chart (set by charts.js on each redraw).
+POINTS = "document.getElementById('{chart}').dataset.points || '{{}}'"
+#: Per lease row of the timeline: its bars' owner and reason, left to right.
+TIMELINE = """JSON.stringify(Object.fromEntries([...document.querySelectorAll(
+  '#timeline g.lease-row')].map(g => [g.dataset.lease,
+  [...g.querySelectorAll('rect.bar[data-owner]')].map(
+    r => [r.dataset.owner, r.dataset.reason])])))"""
+#: Hover the last bar of a lease's row; the tooltip's text.
+HOVER = """(() => {{
+  const bars = document.querySelectorAll('#timeline g[data-lease="{lease}"] rect.bar[data-owner]');
+  const bar = bars[bars.length - 1], box = bar.getBoundingClientRect();
+  bar.dispatchEvent(new MouseEvent('mousemove', {{bubbles: true,
+    clientX: box.x + box.width / 2, clientY: box.y + box.height / 2}}));
+  const tip = document.getElementById('timeline-tip');
+  return tip.hidden ? '' : tip.innerText;
+}})()"""
 
 
 @contextlib.asynccontextmanager
@@ -130,6 +146,7 @@ async def check_page(page: Any, tasks: dict[str, asyncio.Task[None]], tmp: pathl
         return len(rows_now) == SHARDS and victim not in owners and owners <= set(WORKERS) and moved
 
     await wait_until(taken_over, 45, f"the leases of {victim} shown with new owners")
+    await check_history(page, victim, rows)
     workers = dict(json.loads(await page.evaluate(WORKER_ROWS)))
     assert workers.get(victim, "0") == "0"
     assert sum(int(n) for n in workers.values()) == SHARDS
@@ -143,3 +160,78 @@ async def check_page(page: Any, tasks: dict[str, asyncio.Task[None]], tmp: pathl
     keep = os.environ.get("KCLASYNC_DASHBOARD_SCREENSHOT")
     if keep:
         await asyncio.to_thread(shutil.copyfile, shot, keep)
+
+
+async def check_history(page: Any, victim: str, rows: list[list[str]]) -> None:
+    """The charts have points for each worker; the timeline shows the victim's leases going to
+    another worker, after expiry, with the details on hover; a reload keeps all of it."""
+    lost = [key for key, owner, _ in rows if owner == victim]
+
+    async def timeline_shows_takeover() -> bool:
+        bars = json.loads(await page.evaluate(TIMELINE) or "{}")
+        for key in lost:
+            owners = [owner for owner, _ in bars.get(key, [])]
+            if victim not in owners or owners[-1] not in set(WORKERS) - {victim}:
+                return False
+        return True
+
+    await wait_until(timeline_shows_takeover, 30, f"the timeline shows {victim}'s leases moving")
+    bars = json.loads(await page.evaluate(TIMELINE))
+    assert {bars[key][-1][1] for key in lost} == {"taken after expiry"}, bars
+
+    async def points_for_every_worker() -> bool:
+        rate = json.loads(await page.evaluate(POINTS.format(chart="chart-rate")))
+        leases = json.loads(await page.evaluate(POINTS.format(chart="chart-leases")))
+        return all(rate.get(w, 0) >= 2 and leases.get(w, 0) >= 2 for w in WORKERS)
+
+    await wait_until(points_for_every_worker, 30, "chart points for every worker")
+    behind = json.loads(await page.evaluate(POINTS.format(chart="chart-behind")))
+    assert set(behind) == set(WORKERS) and all(behind.values()), behind
+    failures = json.loads(await page.evaluate(POINTS.format(chart="chart-failures")))
+    assert set(failures) == {"renewal failures", "processor errors"}
+
+    tip = await page.evaluate(HOVER.format(lease=lost[0]))
+    new_owner = bars[lost[0]][-1][0]
+    assert f"owner: {new_owner}" in tip and "reason: taken after expiry" in tip, tip
+    assert "start: " in tip and "end: (holds it now)" in tip, tip
+
+    await page.evaluate("location.reload()")  # the history lives in the dashboard's process
+    await wait_until(timeline_shows_takeover, 30, "the takeover shown again after a reload")
+    await wait_until(points_for_every_worker, 30, "chart points again after a reload")
+
+
+async def test_a_simulated_hour_replayed_in_chromium(tmp_path: pathlib.Path) -> None:
+    """``kclasync simulate --record`` read by ``--replay``: the page draws every simulated
+    worker's series and a row per lease, crashes marked."""
+    from kclasync._cli import main
+    from kclasync._observations import read_recording
+    from kclasync.dashboard import _aiohttp
+    from kclasync.dashboard._hub import Dashboard
+
+    path = tmp_path / "sim.jsonl"
+    args = ["simulate", "--workers", "4", "--shards", "6", "--hours", "0.2", "--seed", "3"]
+    code = await asyncio.to_thread(main, [*args, "--faults", "crash", "--record", str(path)])
+    assert code == 0
+    recording = read_recording(path)
+    workers = {w for o in recording.observations if o["kind"] == "workers" for w in o["workers"]}
+    app = _aiohttp.aiohttp_app(Dashboard("sim", replay=recording))
+    async with serve_aiohttp(app) as base, chromium_page() as page:
+        await page.navigate(base + "/")
+
+        async def replaying() -> bool:
+            pill = "(document.getElementById('connection') || {}).textContent"
+            return bool(await page.evaluate(pill) == "replay (simulation)")
+
+        await wait_until(replaying, 30, "the page shows the recording")
+        await page.evaluate(
+            "(() => { const s = document.getElementById('window'); s.value = '3600';"
+            " s.dispatchEvent(new Event('change')); })()"
+        )
+
+        async def drawn() -> bool:
+            points = json.loads(await page.evaluate(POINTS.format(chart="chart-leases")))
+            return set(points) == workers and all(points.values())
+
+        await wait_until(drawn, 30, "a series per simulated worker")
+        bars = json.loads(await page.evaluate(TIMELINE))
+        assert len(bars) >= 6 and all(bars[key] for key in bars if key.startswith("shardId"))

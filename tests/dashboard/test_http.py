@@ -33,6 +33,14 @@ async def check_mounted(base: str, store: Any) -> None:
                 assert len(await resp.read()) > 500
         async with http.get(base + "/static/nope.js") as resp:
             assert resp.status == 404
+        # The charting library ships in the package, with its licence: no CDN at run time.
+        assert 'src="static/vendor/uPlot.iife.min.js"' in page
+        vendored = (("uPlot.iife.min.js", "javascript"), ("uPlot.min.css", "css"))
+        for name, kind in (*vendored, ("uPlot.LICENSE", "text/plain")):
+            async with http.get(f"{base}/static/vendor/{name}") as resp:
+                assert resp.status == 200 and kind in resp.headers["Content-Type"]
+                body = await resp.text()
+            assert "MIT License" in body if name.endswith("LICENSE") else len(body) > 1000
 
         async with http.get(base + "/snapshot.json") as resp:
             snap = await resp.json()
@@ -59,6 +67,22 @@ async def check_mounted(base: str, store: Any) -> None:
             assert doc["changes"][0]["lease"] == "shardId-000000000001"
             assert (doc["changes"][0]["from"], doc["changes"][0]["to"]) == ("w-a", "w-b")
             assert {w["id"]: w["leases"] for w in doc["workers"]} == {"w-a": 1, "w-b": 2}
+            closed, opened = doc["timeline_update"]["shardId-000000000001"]
+            assert (closed["owner"], closed["end"]) == ("w-a", opened["start"])
+            assert (opened["owner"], opened["end"], opened["reason"]) == (
+                "w-b",
+                None,
+                "handed over",
+            )
+        # A page that loads (or reloads) gets the history from the dashboard's process.
+        async with http.get(base + "/history.json") as resp:
+            history = await resp.json()
+        ring = history["timeline"]["shardId-000000000001"]
+        assert [(s["owner"], s["reason"]) for s in ring] == [
+            ("w-a", "first seen"),
+            ("w-b", opened["reason"]),
+        ]
+        assert history["samples"] and set(history["samples"][-1]["workers"]) == {"w-a", "w-b"}
 
 
 async def test_aiohttp_subapp(moto: LocalAws, unique_name: str) -> None:

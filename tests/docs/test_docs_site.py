@@ -80,6 +80,26 @@ def test_web_service_page_shows_the_tested_examples(module: ModuleType) -> None:
     assert example(module) in blocks
 
 
+@pytest.mark.parametrize("module", [kclasync.integrations.asgi, kclasync.integrations.aiohttp])
+def test_web_service_examples_stay_local_and_say_where_reading_starts(module: ModuleType) -> None:
+    code = example(module)
+    assert "0.0.0.0" not in code
+    if "run_app" in code:
+        assert 'web.run_app(app, host="127.0.0.1",' in code
+    flat = " ".join(line.strip(" #") for line in code.splitlines())
+    assert (
+        "Starts at LATEST (the default): records put before this application first takes a "
+        "shard's lease are not read." in flat
+    )
+    assert 'initial_position="TRIM_HORIZON"' in flat
+
+
+def test_dashboard_page_says_kclasync_workers_write_throughput() -> None:
+    page = " ".join((ROOT / "docs/dashboard.md").read_text().split())
+    assert "do not write it yet" not in page
+    assert "written at each renewal by kclasync and KCL 3.x workers" in page
+
+
 def test_mkdocs_build_strict_offline(tmp_path: Path) -> None:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run(

@@ -119,3 +119,32 @@ async def test_readiness_and_liveness_part_ways(moto: LocalAws, unique_name: str
             assert live.status == 503
             (report,) = (await live.json())["consumers"]
             assert "processor failed" in report["error"]
+
+
+async def test_a_run_that_raised_before_the_worker_existed_is_not_alive(
+    moto: LocalAws, unique_name: str
+) -> None:
+    """``run()`` as a task on a missing stream raises StreamNotFoundError before any worker
+    exists; the documented probes then say so: liveness 503 with the error, readiness 503."""
+    import asyncio
+
+    from kclasync import StreamNotFoundError
+    from kclasync.integrations.aiohttp import add_probe_routes
+    from kclasync.integrations.probes import liveness
+
+    async with aws_for(moto, unique_name) as aws:
+        consumer = aws.consumer(Tally().handler("w"), worker_id="lonely")
+        app = web.Application()
+        add_probe_routes(app, consumer)
+        async with TestClient(TestServer(app)) as client:
+            assert (await client.get("/livez")).status == 200  # not started: not failed
+            task = asyncio.create_task(consumer.run())
+            with pytest.raises(StreamNotFoundError, match=unique_name):
+                await task
+            live = await client.get("/livez")
+            assert live.status == 503
+            (report,) = (await live.json())["consumers"]
+            assert "StreamNotFoundError" in report["error"] and unique_name in report["error"]
+            assert (await client.get("/readyz")).status == 503
+            status, body = liveness(consumer)
+            assert status == 503 and body["consumers"] == [consumer.health]

@@ -22,6 +22,11 @@ for name in ("moto", "pyspark", "pyarrow", "anyio", "cfnlint", "sympy"):
     assert importlib.util.find_spec(name) is None, name + " is installed"
 import kclasync, kclasync.logging, kclasync.integrations.asgi, kclasync.testing
 from kclasync import Consumer, ConsumerConfig
+from kclasync.dashboard._assets import ASSETS, asset
+for path in ASSETS:  # every file the dashboard serves, the vendored chart library included
+    assert asset(path) is not None and len(asset(path)[0]) > 500, path
+assert b"uPlot" in asset("static/vendor/uPlot.iife.min.js")[0]
+assert b"MIT License" in asset("static/vendor/uPlot.LICENSE")[0]
 try:
     with kclasync.testing.embedded_moto():
         pass

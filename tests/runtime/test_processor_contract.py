@@ -85,3 +85,27 @@ def test_async_handlers_classes_and_zero_argument_factories_are_accepted() -> No
     build(handle)
     build(Good)
     build(lambda: Good())
+
+
+def test_a_handler_taking_two_arguments_is_refused_with_what_to_write() -> None:
+    async def handle(records: Sequence[Record], extra: object) -> None: ...
+
+    with pytest.raises(ConfigError) as caught:
+        build(handle)
+    message = str(caught.value)
+    assert "got `async def handle(records, extra)`" in message
+    assert "one argument, the batch" in message
+    assert "write `async def handle(records): ...`" in message
+    assert "process_records(self, records, checkpointer, millis_behind_latest)" in message
+
+
+def test_handlers_callable_with_the_batch_alone_are_accepted() -> None:
+    async def handle(records: Sequence[Record], extra: object = None) -> None: ...
+
+    async def varargs(*batch: Sequence[Record]) -> None: ...
+
+    class Bound:
+        async def __call__(self, records: Sequence[Record]) -> None: ...
+
+    for handler in (handle, varargs, Bound()):
+        assert build(handler).worker_id

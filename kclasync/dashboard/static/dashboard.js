@@ -74,6 +74,7 @@
       leases.dataset.col = "leases";
       const beat = cell(row, null);
       if (!w.registered) beat.appendChild(none());
+      else if (doc.replay) beat.appendChild(none("not recorded"));
       else if (w.heartbeat_age === null) beat.textContent = "alive (first seen)";
       else {
         beat.textContent = ago(w.heartbeat_age);
@@ -155,28 +156,108 @@
     }
   }
 
+  // The past, as the dashboard's process remembers it (loaded once, then kept up to date).
+  const MAX_WINDOW = 6 * 3600;
+  let samples = [];
+  let timeline = {};
+  let lastDoc = null;
+
+  function windowSeconds() { return Number($("window").value); }
+
+  function absorb(doc) {
+    if (doc.sample && (!samples.length || doc.sample.t > samples[samples.length - 1].t)) {
+      samples.push(doc.sample);
+      while (samples.length && samples[0].t < doc.sample.t - MAX_WINDOW) samples.shift();
+    }
+    for (const [key, changed] of Object.entries(doc.timeline_update || {})) {
+      const segs = timeline[key] || (timeline[key] = []);
+      for (const seg of changed) {
+        const at = segs.findIndex((s) => s.start === seg.start);
+        if (at >= 0) segs[at] = seg;
+        else segs.push(seg);
+      }
+    }
+  }
+
+  // A recording is shown whole at first (a demo's is a minute, a simulation's hours).
+  function wholeRecording(replay) {
+    const select = $("window");
+    if (select.querySelector("option[data-whole]") || replay.start === null) return;
+    const option = el("option", "the whole recording");
+    option.value = String(Math.max(10, Math.ceil((replay.end - replay.start) * 1.02)));
+    option.dataset.whole = "1";
+    select.appendChild(option);
+    select.value = option.value;
+  }
+
+  function renderHistory() {
+    if (!lastDoc) return;
+    const seconds = windowSeconds();
+    try {
+      window.kclasyncCharts.render(samples, lastDoc.at, seconds);
+    } catch (err) {
+      $("charts-note").textContent = "charts unavailable: " + err;
+    }
+    window.kclasyncTimeline.render(timeline, lastDoc.at, seconds);
+    $("timeline-count").textContent = "(" + Object.keys(timeline).length + " leases)";
+  }
+
   function render(doc) {
+    lastDoc = doc;
+    absorb(doc);
     $("application").textContent = doc.application;
     document.title = "kclasync · " + doc.application;
-    renderLeader(doc.leader);
+    if (doc.replay) {
+      $("leader").textContent = "leader: not recorded";
+      $("leader").className = "pill";
+    } else renderLeader(doc.leader);
     renderWorkers(doc);
     renderLeases(doc);
     renderChanges(doc);
     const errors = $("errors");
     errors.hidden = !doc.errors.length;
     errors.replaceChildren(...doc.errors.map((e) => el("div", e)));
-    $("updated").textContent = "updated " + clock(doc.at);
+    $("updated").textContent = (doc.replay ? "recording ends " : "updated ") + clock(doc.at);
+    if (doc.replay) {
+      $("connection").textContent = "replay (" + (doc.replay.source || "recording") + ")";
+      $("connection").className = "pill warn";
+      wholeRecording(doc.replay);
+    }
+    renderHistory();
     document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
   }
 
-  const source = new EventSource("events");
-  source.addEventListener("snapshot", (event) => {
-    $("connection").textContent = "live";
-    $("connection").className = "pill on";
-    render(JSON.parse(event.data));
+  async function loadHistory() {
+    try {
+      const answer = await fetch("history.json", { cache: "no-store" });
+      const past = await answer.json();
+      samples = past.samples;
+      timeline = past.timeline;
+    } catch (err) {
+      samples = [];
+      timeline = {};
+    }
+  }
+
+  $("window").addEventListener("change", renderHistory);
+  window.addEventListener("resize", renderHistory);
+
+  let broken = false;
+  loadHistory().then(() => {
+    const source = new EventSource("events");
+    source.addEventListener("snapshot", (event) => {
+      $("connection").textContent = "live";
+      $("connection").className = "pill on";
+      render(JSON.parse(event.data));
+    });
+    source.onopen = () => {
+      if (broken) loadHistory().then(renderHistory);  // the server may have restarted
+      broken = false;
+    };
+    source.onerror = () => {
+      broken = true;
+      $("connection").textContent = "reconnecting";
+      $("connection").className = "pill off";
+    };
   });
-  source.onerror = () => {
-    $("connection").textContent = "reconnecting";
-    $("connection").className = "pill off";
-  };
 })();
