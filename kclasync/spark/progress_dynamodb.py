@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from kclasync._core.retry_policy import Backoff
 from kclasync.spark.offsets import ShardProgress
 
 __all__ = ["DEFAULT_PROGRESS_TABLE", "DynamoProgressStore"]
@@ -25,6 +26,8 @@ _RUN: Final = "run"
 _ITEM: Final = "item"
 _BODY: Final = "progress"
 _WIDTH: Final = 12
+#: Waits between BatchWriteItem calls that left unprocessed items (no jitter: one pruner).
+_UNPROCESSED_BACKOFF: Final = Backoff(0.05, 2.0)
 
 
 def _code(exc: ClientError) -> str:
@@ -178,12 +181,12 @@ class DynamoProgressStore:
             requests: list[dict[str, Any]] = [
                 {"DeleteRequest": {"Key": key}} for key in keys[i : i + 25]
             ]
-            delay = 0.05
+            attempt = 0
             while requests:
+                attempt += 1
                 self._count("batch_write_item")
                 resp = await self._client.batch_write_item(RequestItems={self.table: requests})
                 requests = list(resp.get("UnprocessedItems", {}).get(self.table, []))
                 if requests:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
+                    await asyncio.sleep(_UNPROCESSED_BACKOFF.delay(attempt))
         return len(keys)
