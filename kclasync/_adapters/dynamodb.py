@@ -3,9 +3,10 @@
 Owns: the DynamoDB calls behind ``LeaseStore`` and the mapping of AWS errors to adapter errors.
 The conditional ``UpdateItem`` writes go through ``direct_requests.call`` (direct on clients
 made from kclasync's own session; the same results and exceptions as botocore's call).
-Each write's condition comes from ``_core.lease_rules`` (compiled by ``dynamo_conditions``).
+Each write (its condition and its update) comes from ``_core.lease_rules``, compiled by
+``dynamo_conditions``; attribute names come from ``lease_codec``.
 Must not: decide anything about the protocol (which lease to take, when it expires, which
-condition a write carries).
+condition a write carries or what it changes).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from kclasync._adapters import direct_requests
 from kclasync._adapters import lease_codec as c
-from kclasync._adapters.dynamo_conditions import conditional
+from kclasync._adapters.dynamo_conditions import compile_lease_write
 from kclasync._adapters.protocols import LeaseScan
 from kclasync._core import lease_rules as rules
 from kclasync._core.lease import CorruptLeaseError, Lease
@@ -179,20 +180,17 @@ class DynamoLeaseStore:
 
     # -- conditional writes ----------------------------------------------------------------
 
-    async def _update(self, op: str, key: str, **kwargs: Any) -> Lease | None:
+    async def _update(self, op: str, key: str, write: rules.Write) -> Lease | None:
+        params = {
+            "TableName": self.table_name,
+            "Key": {c.LEASE_KEY: {"S": key}},
+            "ReturnValues": "ALL_NEW",
+            **compile_lease_write(write),
+        }
         try:
             async with _mapped_errors(op):
                 self._count(op)
-                resp = await direct_requests.call(
-                    self._client,
-                    "UpdateItem",
-                    {
-                        "TableName": self.table_name,
-                        "Key": {c.LEASE_KEY: {"S": key}},
-                        "ReturnValues": "ALL_NEW",
-                        **kwargs,
-                    },
-                )
+                resp = await direct_requests.call(self._client, "UpdateItem", params)
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
                 return None
@@ -206,7 +204,7 @@ class DynamoLeaseStore:
                 await self._client.put_item(
                     TableName=self.table_name,
                     Item=c.lease_to_item(lease),
-                    **conditional(rules.create()),
+                    **compile_lease_write(rules.create()),
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
@@ -215,116 +213,26 @@ class DynamoLeaseStore:
         return True
 
     async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
-        names = {"#c": c.LEASE_COUNTER}
-        values: dict[str, Any] = {":new": {"N": str(lease.counter + 1)}}
-        update = "SET #c = :new"
-        if throughput_kbps is not None:
-            names["#t"] = c.THROUGHPUT_KBPS
-            values[":t"] = {"N": repr(float(throughput_kbps))}
-            update += ", #t = :t"
-        return await self._update(
-            "renew",
-            lease.key,
-            UpdateExpression=update,
-            **conditional(rules.renew(lease), names, values),
-        )
+        return await self._update("renew", lease.key, rules.renew(lease, throughput_kbps))
 
     async def take_lease(self, lease: Lease, owner: str) -> Lease | None:
-        return await self._update(
-            "take",
-            lease.key,
-            UpdateExpression=(
-                "SET #c = :new, #o = :me, #s = if_not_exists(#s, :zero) + :one REMOVE #co"
-            ),
-            **conditional(
-                rules.take(lease),
-                {
-                    "#c": c.LEASE_COUNTER,
-                    "#o": c.LEASE_OWNER,
-                    "#s": c.OWNER_SWITCHES,
-                    "#co": c.CHECKPOINT_OWNER,
-                },
-                {
-                    ":new": {"N": str(lease.counter + 1)},
-                    ":me": {"S": owner},
-                    ":zero": {"N": "0"},
-                    ":one": {"N": "1"},
-                },
-            ),
-        )
+        return await self._update("take", lease.key, rules.take(lease, owner))
 
     async def release_lease(self, lease: Lease) -> Lease | None:
-        return await self._update(
-            "release",
-            lease.key,
-            UpdateExpression="SET #c = #c + :one REMOVE #o",
-            **conditional(
-                rules.release(lease),
-                {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER},
-                {":one": {"N": "1"}},
-            ),
-        )
+        return await self._update("release", lease.key, rules.release(lease))
 
     async def checkpoint(
         self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
     ) -> Lease | None:
-        # DynamoDB rejects names the expressions do not use, so each mode names only its own.
-        rule = rules.checkpoint(lease)
-        names: dict[str, str] = {}
-        values: dict[str, Any] = {}
-        counter_update = ""
-        if rule.increments_counter:
-            names["#c"] = c.LEASE_COUNTER
-            values[":new"] = {"N": str(lease.counter + 1)}
-            counter_update = "#c = :new, "
-        if pending is not None:
-            names |= {"#p": c.PENDING_CHECKPOINT, "#ps": c.PENDING_CHECKPOINT_SUBSEQ}
-            values |= {":p": {"S": pending.value}, ":ps": {"N": str(pending.sub_sequence)}}
-            update = f"SET {counter_update}#p = :p, #ps = :ps"
-        else:
-            names |= {
-                "#cp": c.CHECKPOINT,
-                "#cs": c.CHECKPOINT_SUBSEQ,
-                "#sw": c.OWNER_SWITCHES,
-                "#p": c.PENDING_CHECKPOINT,
-                "#ps": c.PENDING_CHECKPOINT_SUBSEQ,
-            }
-            values |= {
-                ":cp": {"S": checkpoint.value},
-                ":cs": {"N": str(checkpoint.sub_sequence)},
-                ":zero": {"N": "0"},
-            }
-            update = f"SET {counter_update}#cp = :cp, #cs = :cs, #sw = :zero REMOVE #p, #ps"
         return await self._update(
-            "checkpoint",
-            lease.key,
-            UpdateExpression=update,
-            **conditional(rule.condition, names, values),
+            "checkpoint", lease.key, rules.checkpoint(lease, checkpoint, pending)
         )
 
     async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
-        return await self._update(
-            "start_handoff",
-            lease.key,
-            UpdateExpression="SET #o = :new, #co = :old",
-            **conditional(
-                rules.start_handoff(lease),
-                {"#o": c.LEASE_OWNER, "#co": c.CHECKPOINT_OWNER},
-                {":old": {"S": lease.owner or ""}, ":new": {"S": new_owner}},
-            ),
-        )
+        return await self._update("start_handoff", lease.key, rules.start_handoff(lease, new_owner))
 
     async def finish_handoff(self, lease: Lease) -> Lease | None:
-        return await self._update(
-            "finish_handoff",
-            lease.key,
-            UpdateExpression="SET #c = #c + :one REMOVE #co",
-            **conditional(
-                rules.finish_handoff(lease),
-                {"#c": c.LEASE_COUNTER, "#co": c.CHECKPOINT_OWNER},
-                {":one": {"N": "1"}},
-            ),
-        )
+        return await self._update("finish_handoff", lease.key, rules.finish_handoff(lease))
 
     async def delete_lease(self, lease: Lease) -> bool:
         try:
@@ -333,7 +241,7 @@ class DynamoLeaseStore:
                 await self._client.delete_item(
                     TableName=self.table_name,
                     Key={c.LEASE_KEY: {"S": lease.key}},
-                    **conditional(rules.delete(lease)),
+                    **compile_lease_write(rules.delete(lease)),
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
@@ -344,21 +252,8 @@ class DynamoLeaseStore:
     async def update_child_shard_ids(
         self, lease: Lease, child_shard_ids: frozenset[str]
     ) -> Lease | None:
-        if not child_shard_ids:
-            raise ValueError("childShardIds must not be empty (DynamoDB has no empty sets)")
-        return await self._update(
-            "child_shards",
-            lease.key,
-            UpdateExpression="SET #c = :new, #ch = :ch",
-            **conditional(
-                rules.update_child_shard_ids(lease),
-                {"#c": c.LEASE_COUNTER, "#ch": c.CHILD_SHARD_IDS},
-                {
-                    ":new": {"N": str(lease.counter + 1)},
-                    ":ch": {"SS": sorted(child_shard_ids)},
-                },
-            ),
-        )
+        write = rules.update_child_shard_ids(lease, child_shard_ids)
+        return await self._update("child_shards", lease.key, write)
 
     # -- administration (CLI) --------------------------------------------------------------
 
@@ -368,24 +263,13 @@ class DynamoLeaseStore:
         Administration only: workers never write these attributes. Raises ``KeyError`` for a
         lease that does not exist.
         """
-        names = {"#st": c.STICKY, "#sw": c.STICKY_WORKER}
-        values: dict[str, Any] = {}
-        if value is None:
-            update = "REMOVE #st, #sw"
-        elif worker is None:
-            update = "SET #st = :v REMOVE #sw"
-            values = {":v": {"N": str(value)}}
-        else:
-            update = "SET #st = :v, #sw = :w"
-            values = {":v": {"N": str(value)}, ":w": {"S": worker}}
         try:
             async with _mapped_errors("UpdateItem"):
                 self._count("set_sticky")
                 await self._client.update_item(
                     TableName=self.table_name,
                     Key={c.LEASE_KEY: {"S": key}},
-                    UpdateExpression=update,
-                    **conditional(rules.set_sticky(), names, values),
+                    **compile_lease_write(rules.set_sticky(value, worker)),
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
