@@ -27,7 +27,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from kclasync._adapters.dynamo_conditions import Schema, compile_write
-from kclasync._adapters.dynamodb import _code, _mapped_errors, ensure_table
+from kclasync._adapters.dynamo_table import DynamoTable, error_code, mapped_errors
 from kclasync._core import lease_rules as rules
 from kclasync._core.client_version import MIGRATION_KEY, MigrationState, decode_migration_item
 from kclasync._core.leader_lock import LockItem, is_released_marker
@@ -78,29 +78,17 @@ def _item_to_lock(item: dict[str, Any]) -> LockItem:
     )
 
 
-class DynamoCoordinatorState:
+class DynamoCoordinatorState(DynamoTable):
     """``CoordinatorStateStore`` over a DynamoDB table (low-level aiobotocore client)."""
 
-    def __init__(self, client: Any, table_name: str) -> None:
-        self._client = client
-        self.table_name = table_name
-        self.calls: dict[str, int] = {}
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
-
-    async def ensure_table(self, timeout: float = 60.0) -> None:
-        await ensure_table(
-            self._client,
-            TableName=self.table_name,
-            BillingMode="PAY_PER_REQUEST",
+    def table_definition(self) -> dict[str, Any]:
+        return dict(
             AttributeDefinitions=[{"AttributeName": KEY, "AttributeType": "S"}],
             KeySchema=[{"AttributeName": KEY, "KeyType": "HASH"}],
-            timeout=timeout,
         )
 
     async def get_lock(self, key: str) -> LockItem | None:
-        async with _mapped_errors("GetItem"):
+        async with mapped_errors("GetItem"):
             self._count("get_lock")
             resp = await self._client.get_item(
                 TableName=self.table_name, Key={KEY: {"S": key}}, ConsistentRead=True
@@ -111,13 +99,13 @@ class DynamoCoordinatorState:
     async def get_migration_state(self) -> MigrationState | None:
         """The Java KCL's ``Migration3.0`` item, read only (None: absent, or no table yet)."""
         try:
-            async with _mapped_errors("GetItem"):
+            async with mapped_errors("GetItem"):
                 self._count("get_migration_state")
                 resp = await self._client.get_item(
                     TableName=self.table_name, Key={KEY: {"S": MIGRATION_KEY}}, ConsistentRead=True
                 )
         except ClientError as exc:
-            if _code(exc) == "ResourceNotFoundException":
+            if error_code(exc) == "ResourceNotFoundException":
                 return None
             raise
         return decode_migration_item(resp.get("Item"))
@@ -132,11 +120,11 @@ class DynamoCoordinatorState:
 
     async def _put(self, op: str, item: dict[str, Any], **condition: Any) -> bool:
         try:
-            async with _mapped_errors("PutItem"):
+            async with mapped_errors("PutItem"):
                 self._count(op)
                 await self._client.put_item(TableName=self.table_name, Item=item, **condition)
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
@@ -161,7 +149,7 @@ class DynamoCoordinatorState:
     async def release_lock(self, key: str, expected_version: str, owner: str, version: str) -> bool:
         """Delete the item if we still hold it (``version`` is unused: nothing is left behind)."""
         try:
-            async with _mapped_errors("DeleteItem"):
+            async with mapped_errors("DeleteItem"):
                 self._count("release_lock")
                 await self._client.delete_item(
                     TableName=self.table_name,
@@ -171,7 +159,7 @@ class DynamoCoordinatorState:
                     ),
                 )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True

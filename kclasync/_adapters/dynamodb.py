@@ -1,6 +1,7 @@
 """The lease table on DynamoDB (aiobotocore), with the KCL's fenced conditional writes.
 
-Owns: the DynamoDB calls behind ``LeaseStore`` and the mapping of AWS errors to adapter errors.
+Owns: the DynamoDB calls behind ``LeaseStore`` (the table's set-up and the mapping of AWS errors
+are ``dynamo_table``'s).
 The conditional ``UpdateItem`` writes go through ``direct_requests.call`` (direct on clients
 made from kclasync's own session; the same results and exceptions as botocore's call).
 Each write (its condition and its update) comes from ``_core.lease_rules``, compiled by
@@ -11,97 +12,27 @@ condition a write carries or what it changes).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from kclasync._adapters import direct_requests
 from kclasync._adapters import lease_codec as c
 from kclasync._adapters.dynamo_conditions import compile_lease_write
+from kclasync._adapters.dynamo_table import DynamoTable, error_code, mapped_errors
 from kclasync._adapters.protocols import LeaseScan
 from kclasync._core import lease_rules as rules
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.position import Checkpoint
-from kclasync.errors import ThrottledError, TransientError
-
-_THROTTLING = {
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "LimitExceededException",
-}
-_TRANSIENT = {"InternalServerError", "ServiceUnavailable", "InternalFailure"}
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-@contextlib.asynccontextmanager
-async def _mapped_errors(operation: str) -> AsyncIterator[None]:
-    try:
-        yield
-    except ClientError as exc:
-        code = _code(exc)
-        if code in _THROTTLING:
-            raise ThrottledError(f"DynamoDB {operation} throttled: {code}") from exc
-        if code in _TRANSIENT:
-            raise TransientError(f"DynamoDB {operation} failed: {code}") from exc
-        raise
-    except (TimeoutError, BotoCoreError, OSError) as exc:
-        raise TransientError(f"DynamoDB {operation} failed: {exc}") from exc
-
-
-async def ensure_table(client: Any, *, timeout: float = 60.0, **create: Any) -> None:
-    """Create a table (``create`` = CreateTable's arguments) unless it exists, then wait until
-    it is ACTIVE. A table another worker is creating at the same moment is waited for."""
-    name = create["TableName"]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    try:
-        async with _mapped_errors("DescribeTable"):
-            status = (await client.describe_table(TableName=name))["Table"]["TableStatus"]
-    except ClientError as exc:
-        if _code(exc) != "ResourceNotFoundException":
-            raise
-        try:
-            async with _mapped_errors("CreateTable"):
-                status = (await client.create_table(**create))["TableDescription"]["TableStatus"]
-        except ClientError as exc2:
-            if _code(exc2) != "ResourceInUseException":
-                raise
-            status = "CREATING"
-    while status != "ACTIVE":
-        if loop.time() > deadline:
-            raise TransientError(f"table {name} not ACTIVE after {timeout}s")
-        await asyncio.sleep(0.2)
-        async with _mapped_errors("DescribeTable"):
-            status = (await client.describe_table(TableName=name))["Table"]["TableStatus"]
-
-
-class DynamoLeaseStore:
+class DynamoLeaseStore(DynamoTable):
     """``LeaseStore`` over a DynamoDB table, using a low-level aiobotocore DynamoDB client."""
-
-    def __init__(self, client: Any, table_name: str) -> None:
-        self._client = client
-        self.table_name = table_name
-        #: Calls made, by operation, for metrics and benchmarks.
-        self.calls: dict[str, int] = {}
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
 
     # -- table -----------------------------------------------------------------------------
 
-    async def ensure_table(self, timeout: float = 60.0) -> None:
-        self._count("ensure_table")
-        await ensure_table(
-            self._client,
-            TableName=self.table_name,
-            BillingMode="PAY_PER_REQUEST",
+    def table_definition(self) -> dict[str, Any]:
+        return dict(
             AttributeDefinitions=[
                 {"AttributeName": c.LEASE_KEY, "AttributeType": "S"},
                 {"AttributeName": c.LEASE_OWNER, "AttributeType": "S"},
@@ -117,13 +48,12 @@ class DynamoLeaseStore:
                     "Projection": {"ProjectionType": "KEYS_ONLY"},
                 }
             ],
-            timeout=timeout,
         )
 
     # -- reads -----------------------------------------------------------------------------
 
     async def is_empty(self) -> bool:
-        async with _mapped_errors("Scan"):
+        async with mapped_errors("Scan"):
             self._count("scan")
             resp = await self._client.scan(
                 TableName=self.table_name, Limit=1, ConsistentRead=True, Select="COUNT"
@@ -135,7 +65,7 @@ class DynamoLeaseStore:
         corrupt: list[CorruptLeaseError] = []
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
         while True:
-            async with _mapped_errors("Scan"):
+            async with mapped_errors("Scan"):
                 self._count("scan")
                 resp = await self._client.scan(**kwargs)
             for item in resp.get("Items", []):
@@ -160,7 +90,7 @@ class DynamoLeaseStore:
             "ExpressionAttributeValues": {":o": {"S": owner}},
         }
         while True:
-            async with _mapped_errors("Query"):
+            async with mapped_errors("Query"):
                 self._count("query")
                 resp = await self._client.query(**kwargs)
             keys.extend(item[c.LEASE_KEY]["S"] for item in resp.get("Items", []))
@@ -170,7 +100,7 @@ class DynamoLeaseStore:
             kwargs["ExclusiveStartKey"] = last
 
     async def get_lease(self, key: str) -> Lease | None:
-        async with _mapped_errors("GetItem"):
+        async with mapped_errors("GetItem"):
             self._count("get_item")
             resp = await self._client.get_item(
                 TableName=self.table_name, Key={c.LEASE_KEY: {"S": key}}, ConsistentRead=True
@@ -188,18 +118,18 @@ class DynamoLeaseStore:
             **compile_lease_write(write),
         }
         try:
-            async with _mapped_errors(op):
+            async with mapped_errors(op):
                 self._count(op)
                 resp = await direct_requests.call(self._client, "UpdateItem", params)
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return None
             raise
         return c.item_to_lease(resp["Attributes"])
 
     async def create_lease(self, lease: Lease) -> bool:
         try:
-            async with _mapped_errors("PutItem"):
+            async with mapped_errors("PutItem"):
                 self._count("create")
                 await self._client.put_item(
                     TableName=self.table_name,
@@ -207,7 +137,7 @@ class DynamoLeaseStore:
                     **compile_lease_write(rules.create()),
                 )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
@@ -236,7 +166,7 @@ class DynamoLeaseStore:
 
     async def delete_lease(self, lease: Lease) -> bool:
         try:
-            async with _mapped_errors("DeleteItem"):
+            async with mapped_errors("DeleteItem"):
                 self._count("delete")
                 await self._client.delete_item(
                     TableName=self.table_name,
@@ -244,7 +174,7 @@ class DynamoLeaseStore:
                     **compile_lease_write(rules.delete(lease)),
                 )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
@@ -264,7 +194,7 @@ class DynamoLeaseStore:
         lease that does not exist.
         """
         try:
-            async with _mapped_errors("UpdateItem"):
+            async with mapped_errors("UpdateItem"):
                 self._count("set_sticky")
                 await self._client.update_item(
                     TableName=self.table_name,
@@ -272,6 +202,6 @@ class DynamoLeaseStore:
                     **compile_lease_write(rules.set_sticky(value, worker)),
                 )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 raise KeyError(f"no lease {key!r} in table {self.table_name}") from None
             raise

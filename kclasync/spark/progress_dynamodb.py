@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from kclasync._adapters.call_counts import CallCounts
 from kclasync._core.retry_policy import Backoff
 from kclasync.spark.offsets import ShardProgress
 
@@ -44,17 +45,13 @@ def _batch_prefix(batch: int) -> str:
     return f"{batch:0{_WIDTH}d}#"
 
 
-class DynamoProgressStore:
+class DynamoProgressStore(CallCounts):
     """``ProgressStore`` over a DynamoDB table (a low-level aiobotocore client)."""
 
     def __init__(self, client: Any, table: str) -> None:
+        super().__init__()
         self._client = client
         self.table = table
-        #: Calls made, by operation (for tests and benchmarks).
-        self.calls: dict[str, int] = {}
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
 
     async def ensure_table(self, timeout: float = 60.0) -> None:
         """Create the table unless it exists (PAY_PER_REQUEST) and wait until it is ACTIVE."""
