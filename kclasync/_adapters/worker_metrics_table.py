@@ -19,7 +19,9 @@ from botocore.exceptions import ClientError
 
 from kclasync._adapters import direct_requests
 from kclasync._adapters import lease_codec as c
+from kclasync._adapters.dynamo_conditions import compile_lease_write
 from kclasync._adapters.dynamo_table import DynamoTable, error_code, mapped_errors
+from kclasync._core import lease_rules as rules
 from kclasync._core import worker_metrics as wm
 from kclasync._core import worker_metrics_item as wi
 
@@ -132,8 +134,7 @@ async def remove_legacy_registry_items(client: Any, lease_table: str) -> list[st
                 await client.delete_item(
                     TableName=lease_table,
                     Key={c.LEASE_KEY: {"S": key}},
-                    ConditionExpression="attribute_not_exists(#c)",
-                    ExpressionAttributeNames={"#c": c.LEASE_COUNTER},
+                    **compile_lease_write(rules.delete_registry_item()),
                 )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":

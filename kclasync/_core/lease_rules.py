@@ -37,6 +37,7 @@ The rules (``lease`` is the caller's last view of the lease):
     childShardIds         counter = lease.counter AND (owner =        counter = lease.counter+1,
                           lease.owner, or owner missing when          childShardIds = ids
                           lease.owner is None)
+    delete registry item  counter missing (not a lease)               (the item goes)
     set Sticky (admin)    key exists                                  Sticky, stickyWorker set
                                                                       or removed
     lock create           key missing                                 (the whole item)
@@ -287,6 +288,12 @@ def set_sticky(value: int | str | None, worker: str | None = None) -> Write:
     return Write(Exists(Attr.KEY), update)
 
 
+def delete_registry_item() -> Write:
+    """Deleting a worker-registry item earlier versions kept in the lease table: only while
+    it is still not a lease (no counter)."""
+    return Write(Missing(Attr.COUNTER))
+
+
 def attributes(lease: Lease) -> dict[Attr, FieldValue]:
     """The attributes a stored lease has (absent ones, None or an empty set, are left out)."""
     found: dict[Attr, FieldValue] = {}
@@ -341,6 +348,7 @@ __all__ = [
     "checkpoint",
     "create",
     "delete",
+    "delete_registry_item",
     "finish_handoff",
     "lock_create",
     "lock_release",
