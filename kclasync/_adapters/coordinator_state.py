@@ -9,7 +9,10 @@ the KCL 3.x does. Reading is tolerant: ``leaseDuration`` as S or N, and the ``is
 described in ``core.leader_lock.is_released_marker`` (the lock client's ``"1"`` and the booleans
 earlier kclasync versions wrote). Other attributes (the lock client's ``data``, the KCL's
 ``Migration3.0`` item in the same table) are left alone.
-Must not: decide anything (when the lock is expired is ``core.leader_lock``'s call).
+The conditions of its writes come from ``_core.lease_rules`` (``lock_create``, ``lock_replace``,
+``lock_release``), compiled with this table's ``LOCK_SCHEMA``.
+Must not: decide anything (when the lock is expired is ``core.leader_lock``'s call, which
+condition a write carries is ``core.lease_rules``').
 
 Why a table of its own rather than a typed item in the lease table: every worker scans the lease
 table on each taker round, and older Java KCL workers (and our own scan) would read a lock item
@@ -23,7 +26,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kclasync._adapters.dynamodb import _code, _mapped_errors, ensure_table
+from kclasync._adapters.dynamo_conditions import Schema, compile_write
+from kclasync._adapters.dynamo_table import DynamoTable, error_code, mapped_errors
+from kclasync._core import lease_rules as rules
 from kclasync._core.client_version import MIGRATION_KEY, MigrationState, decode_migration_item
 from kclasync._core.leader_lock import LockItem, is_released_marker
 
@@ -32,6 +37,18 @@ OWNER = "ownerName"
 LEASE_DURATION = "leaseDuration"
 RECORD_VERSION = "recordVersionNumber"
 RELEASED = "isReleased"
+
+_LOCK_ATTRIBUTES = {
+    rules.LockAttr.KEY: KEY,
+    rules.LockAttr.OWNER: OWNER,
+    rules.LockAttr.RECORD_VERSION: RECORD_VERSION,
+}
+
+#: How the lock item stores the attributes its conditions read (all strings).
+LOCK_SCHEMA = Schema(
+    names=lambda attr: (_LOCK_ATTRIBUTES[attr],),
+    encode=lambda attr, value: {_LOCK_ATTRIBUTES[attr]: {"S": value}},
+)
 
 
 def coordinator_table_name(lease_table: str) -> str:
@@ -61,29 +78,17 @@ def _item_to_lock(item: dict[str, Any]) -> LockItem:
     )
 
 
-class DynamoCoordinatorState:
+class DynamoCoordinatorState(DynamoTable):
     """``CoordinatorStateStore`` over a DynamoDB table (low-level aiobotocore client)."""
 
-    def __init__(self, client: Any, table_name: str) -> None:
-        self._client = client
-        self.table_name = table_name
-        self.calls: dict[str, int] = {}
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
-
-    async def ensure_table(self, timeout: float = 60.0) -> None:
-        await ensure_table(
-            self._client,
-            TableName=self.table_name,
-            BillingMode="PAY_PER_REQUEST",
+    def table_definition(self) -> dict[str, Any]:
+        return dict(
             AttributeDefinitions=[{"AttributeName": KEY, "AttributeType": "S"}],
             KeySchema=[{"AttributeName": KEY, "KeyType": "HASH"}],
-            timeout=timeout,
         )
 
     async def get_lock(self, key: str) -> LockItem | None:
-        async with _mapped_errors("GetItem"):
+        async with mapped_errors("GetItem"):
             self._count("get_lock")
             resp = await self._client.get_item(
                 TableName=self.table_name, Key={KEY: {"S": key}}, ConsistentRead=True
@@ -94,13 +99,13 @@ class DynamoCoordinatorState:
     async def get_migration_state(self) -> MigrationState | None:
         """The Java KCL's ``Migration3.0`` item, read only (None: absent, or no table yet)."""
         try:
-            async with _mapped_errors("GetItem"):
+            async with mapped_errors("GetItem"):
                 self._count("get_migration_state")
                 resp = await self._client.get_item(
                     TableName=self.table_name, Key={KEY: {"S": MIGRATION_KEY}}, ConsistentRead=True
                 )
         except ClientError as exc:
-            if _code(exc) == "ResourceNotFoundException":
+            if error_code(exc) == "ResourceNotFoundException":
                 return None
             raise
         return decode_migration_item(resp.get("Item"))
@@ -115,11 +120,11 @@ class DynamoCoordinatorState:
 
     async def _put(self, op: str, item: dict[str, Any], **condition: Any) -> bool:
         try:
-            async with _mapped_errors("PutItem"):
+            async with mapped_errors("PutItem"):
                 self._count(op)
                 await self._client.put_item(TableName=self.table_name, Item=item, **condition)
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
@@ -129,10 +134,7 @@ class DynamoCoordinatorState:
     ) -> LockItem | None:
         item = self._item(key, owner, lease_duration, version)
         ok = await self._put(
-            "create_lock",
-            item,
-            ConditionExpression="attribute_not_exists(#k)",
-            ExpressionAttributeNames={"#k": KEY},
+            "create_lock", item, **compile_write(rules.lock_create(), schema=LOCK_SCHEMA)
         )
         return _item_to_lock(item) if ok else None
 
@@ -140,32 +142,24 @@ class DynamoCoordinatorState:
         self, key: str, expected_version: str, owner: str, lease_duration: float, version: str
     ) -> LockItem | None:
         item = self._item(key, owner, lease_duration, version)
-        ok = await self._put(
-            "replace_lock",
-            item,
-            ConditionExpression="attribute_exists(#k) AND #v = :v",
-            ExpressionAttributeNames={"#k": KEY, "#v": RECORD_VERSION},
-            ExpressionAttributeValues={":v": {"S": expected_version}},
-        )
+        condition = rules.lock_replace(expected_version)
+        ok = await self._put("replace_lock", item, **compile_write(condition, schema=LOCK_SCHEMA))
         return _item_to_lock(item) if ok else None
 
     async def release_lock(self, key: str, expected_version: str, owner: str, version: str) -> bool:
         """Delete the item if we still hold it (``version`` is unused: nothing is left behind)."""
         try:
-            async with _mapped_errors("DeleteItem"):
+            async with mapped_errors("DeleteItem"):
                 self._count("release_lock")
                 await self._client.delete_item(
                     TableName=self.table_name,
                     Key={KEY: {"S": key}},
-                    ConditionExpression="attribute_exists(#k) AND #v = :old AND #o = :owner",
-                    ExpressionAttributeNames={"#k": KEY, "#v": RECORD_VERSION, "#o": OWNER},
-                    ExpressionAttributeValues={
-                        ":old": {"S": expected_version},
-                        ":owner": {"S": owner},
-                    },
+                    **compile_write(
+                        rules.lock_release(expected_version, owner), schema=LOCK_SCHEMA
+                    ),
                 )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True

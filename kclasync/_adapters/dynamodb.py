@@ -1,103 +1,35 @@
 """The lease table on DynamoDB (aiobotocore), with the KCL's fenced conditional writes.
 
-Owns: the DynamoDB calls behind ``LeaseStore`` and the mapping of AWS errors to adapter errors.
-Each write's condition comes from ``_core.lease_rules`` (compiled by ``dynamo_conditions``).
+Owns: the DynamoDB calls behind ``LeaseStore`` (the table's set-up and the mapping of AWS errors
+are ``dynamo_table``'s). Each write (its condition and its update) comes from
+``_core.lease_rules``, compiled by ``dynamo_conditions``; attribute names come from
+``lease_codec``.
 Must not: decide anything about the protocol (which lease to take, when it expires, which
-condition a write carries).
+condition a write carries or what it changes).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from kclasync._adapters import lease_codec as c
-from kclasync._adapters.dynamo_conditions import conditional
+from kclasync._adapters.dynamo_conditions import compile_lease_write
+from kclasync._adapters.dynamo_table import DynamoTable, error_code, mapped_errors
 from kclasync._adapters.protocols import LeaseScan
 from kclasync._core import lease_rules as rules
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.position import Checkpoint
-from kclasync.errors import ThrottledError, TransientError
-
-_THROTTLING = {
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "LimitExceededException",
-}
-_TRANSIENT = {"InternalServerError", "ServiceUnavailable", "InternalFailure"}
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-@contextlib.asynccontextmanager
-async def _mapped_errors(operation: str) -> AsyncIterator[None]:
-    try:
-        yield
-    except ClientError as exc:
-        code = _code(exc)
-        if code in _THROTTLING:
-            raise ThrottledError(f"DynamoDB {operation} throttled: {code}") from exc
-        if code in _TRANSIENT:
-            raise TransientError(f"DynamoDB {operation} failed: {code}") from exc
-        raise
-    except (TimeoutError, BotoCoreError, OSError) as exc:
-        raise TransientError(f"DynamoDB {operation} failed: {exc}") from exc
-
-
-async def ensure_table(client: Any, *, timeout: float = 60.0, **create: Any) -> None:
-    """Create a table (``create`` = CreateTable's arguments) unless it exists, then wait until
-    it is ACTIVE. A table another worker is creating at the same moment is waited for."""
-    name = create["TableName"]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    try:
-        async with _mapped_errors("DescribeTable"):
-            status = (await client.describe_table(TableName=name))["Table"]["TableStatus"]
-    except ClientError as exc:
-        if _code(exc) != "ResourceNotFoundException":
-            raise
-        try:
-            async with _mapped_errors("CreateTable"):
-                status = (await client.create_table(**create))["TableDescription"]["TableStatus"]
-        except ClientError as exc2:
-            if _code(exc2) != "ResourceInUseException":
-                raise
-            status = "CREATING"
-    while status != "ACTIVE":
-        if loop.time() > deadline:
-            raise TransientError(f"table {name} not ACTIVE after {timeout}s")
-        await asyncio.sleep(0.2)
-        async with _mapped_errors("DescribeTable"):
-            status = (await client.describe_table(TableName=name))["Table"]["TableStatus"]
-
-
-class DynamoLeaseStore:
+class DynamoLeaseStore(DynamoTable):
     """``LeaseStore`` over a DynamoDB table, using a low-level aiobotocore DynamoDB client."""
-
-    def __init__(self, client: Any, table_name: str) -> None:
-        self._client = client
-        self.table_name = table_name
-        #: Calls made, by operation, for metrics and benchmarks.
-        self.calls: dict[str, int] = {}
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
 
     # -- table -----------------------------------------------------------------------------
 
-    async def ensure_table(self, timeout: float = 60.0) -> None:
-        self._count("ensure_table")
-        await ensure_table(
-            self._client,
-            TableName=self.table_name,
-            BillingMode="PAY_PER_REQUEST",
+    def table_definition(self) -> dict[str, Any]:
+        return dict(
             AttributeDefinitions=[
                 {"AttributeName": c.LEASE_KEY, "AttributeType": "S"},
                 {"AttributeName": c.LEASE_OWNER, "AttributeType": "S"},
@@ -113,13 +45,12 @@ class DynamoLeaseStore:
                     "Projection": {"ProjectionType": "KEYS_ONLY"},
                 }
             ],
-            timeout=timeout,
         )
 
     # -- reads -----------------------------------------------------------------------------
 
     async def is_empty(self) -> bool:
-        async with _mapped_errors("Scan"):
+        async with mapped_errors("Scan"):
             self._count("scan")
             resp = await self._client.scan(
                 TableName=self.table_name, Limit=1, ConsistentRead=True, Select="COUNT"
@@ -131,7 +62,7 @@ class DynamoLeaseStore:
         corrupt: list[CorruptLeaseError] = []
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
         while True:
-            async with _mapped_errors("Scan"):
+            async with mapped_errors("Scan"):
                 self._count("scan")
                 resp = await self._client.scan(**kwargs)
             for item in resp.get("Items", []):
@@ -156,7 +87,7 @@ class DynamoLeaseStore:
             "ExpressionAttributeValues": {":o": {"S": owner}},
         }
         while True:
-            async with _mapped_errors("Query"):
+            async with mapped_errors("Query"):
                 self._count("query")
                 resp = await self._client.query(**kwargs)
             keys.extend(item[c.LEASE_KEY]["S"] for item in resp.get("Items", []))
@@ -166,7 +97,7 @@ class DynamoLeaseStore:
             kwargs["ExclusiveStartKey"] = last
 
     async def get_lease(self, key: str) -> Lease | None:
-        async with _mapped_errors("GetItem"):
+        async with mapped_errors("GetItem"):
             self._count("get_item")
             resp = await self._client.get_item(
                 TableName=self.table_name, Key={c.LEASE_KEY: {"S": key}}, ConsistentRead=True
@@ -176,160 +107,71 @@ class DynamoLeaseStore:
 
     # -- conditional writes ----------------------------------------------------------------
 
-    async def _update(self, op: str, key: str, **kwargs: Any) -> Lease | None:
+    async def _update(self, op: str, key: str, write: rules.Write) -> Lease | None:
+        params = {
+            "TableName": self.table_name,
+            "Key": {c.LEASE_KEY: {"S": key}},
+            "ReturnValues": "ALL_NEW",
+            **compile_lease_write(write),
+        }
         try:
-            async with _mapped_errors(op):
+            async with mapped_errors(op):
                 self._count(op)
-                resp = await self._client.update_item(
-                    TableName=self.table_name,
-                    Key={c.LEASE_KEY: {"S": key}},
-                    ReturnValues="ALL_NEW",
-                    **kwargs,
-                )
+                resp = await self._client.update_item(**params)
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return None
             raise
         return c.item_to_lease(resp["Attributes"])
 
     async def create_lease(self, lease: Lease) -> bool:
         try:
-            async with _mapped_errors("PutItem"):
+            async with mapped_errors("PutItem"):
                 self._count("create")
                 await self._client.put_item(
                     TableName=self.table_name,
                     Item=c.lease_to_item(lease),
-                    **conditional(rules.create()),
+                    **compile_lease_write(rules.create()),
                 )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
 
     async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
-        names = {"#c": c.LEASE_COUNTER}
-        values: dict[str, Any] = {":new": {"N": str(lease.counter + 1)}}
-        update = "SET #c = :new"
-        if throughput_kbps is not None:
-            names["#t"] = c.THROUGHPUT_KBPS
-            values[":t"] = {"N": repr(float(throughput_kbps))}
-            update += ", #t = :t"
-        return await self._update(
-            "renew",
-            lease.key,
-            UpdateExpression=update,
-            **conditional(rules.renew(lease), names, values),
-        )
+        return await self._update("renew", lease.key, rules.renew(lease, throughput_kbps))
 
     async def take_lease(self, lease: Lease, owner: str) -> Lease | None:
-        return await self._update(
-            "take",
-            lease.key,
-            UpdateExpression=(
-                "SET #c = :new, #o = :me, #s = if_not_exists(#s, :zero) + :one REMOVE #co"
-            ),
-            **conditional(
-                rules.take(lease),
-                {
-                    "#c": c.LEASE_COUNTER,
-                    "#o": c.LEASE_OWNER,
-                    "#s": c.OWNER_SWITCHES,
-                    "#co": c.CHECKPOINT_OWNER,
-                },
-                {
-                    ":new": {"N": str(lease.counter + 1)},
-                    ":me": {"S": owner},
-                    ":zero": {"N": "0"},
-                    ":one": {"N": "1"},
-                },
-            ),
-        )
+        return await self._update("take", lease.key, rules.take(lease, owner))
 
     async def release_lease(self, lease: Lease) -> Lease | None:
-        return await self._update(
-            "release",
-            lease.key,
-            UpdateExpression="SET #c = #c + :one REMOVE #o",
-            **conditional(
-                rules.release(lease),
-                {"#c": c.LEASE_COUNTER, "#o": c.LEASE_OWNER},
-                {":one": {"N": "1"}},
-            ),
-        )
+        return await self._update("release", lease.key, rules.release(lease))
 
     async def checkpoint(
         self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
     ) -> Lease | None:
-        # DynamoDB rejects names the expressions do not use, so each mode names only its own.
-        rule = rules.checkpoint(lease)
-        names: dict[str, str] = {}
-        values: dict[str, Any] = {}
-        counter_update = ""
-        if rule.increments_counter:
-            names["#c"] = c.LEASE_COUNTER
-            values[":new"] = {"N": str(lease.counter + 1)}
-            counter_update = "#c = :new, "
-        if pending is not None:
-            names |= {"#p": c.PENDING_CHECKPOINT, "#ps": c.PENDING_CHECKPOINT_SUBSEQ}
-            values |= {":p": {"S": pending.value}, ":ps": {"N": str(pending.sub_sequence)}}
-            update = f"SET {counter_update}#p = :p, #ps = :ps"
-        else:
-            names |= {
-                "#cp": c.CHECKPOINT,
-                "#cs": c.CHECKPOINT_SUBSEQ,
-                "#sw": c.OWNER_SWITCHES,
-                "#p": c.PENDING_CHECKPOINT,
-                "#ps": c.PENDING_CHECKPOINT_SUBSEQ,
-            }
-            values |= {
-                ":cp": {"S": checkpoint.value},
-                ":cs": {"N": str(checkpoint.sub_sequence)},
-                ":zero": {"N": "0"},
-            }
-            update = f"SET {counter_update}#cp = :cp, #cs = :cs, #sw = :zero REMOVE #p, #ps"
         return await self._update(
-            "checkpoint",
-            lease.key,
-            UpdateExpression=update,
-            **conditional(rule.condition, names, values),
+            "checkpoint", lease.key, rules.checkpoint(lease, checkpoint, pending)
         )
 
     async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
-        return await self._update(
-            "start_handoff",
-            lease.key,
-            UpdateExpression="SET #o = :new, #co = :old",
-            **conditional(
-                rules.start_handoff(lease),
-                {"#o": c.LEASE_OWNER, "#co": c.CHECKPOINT_OWNER},
-                {":old": {"S": lease.owner or ""}, ":new": {"S": new_owner}},
-            ),
-        )
+        return await self._update("start_handoff", lease.key, rules.start_handoff(lease, new_owner))
 
     async def finish_handoff(self, lease: Lease) -> Lease | None:
-        return await self._update(
-            "finish_handoff",
-            lease.key,
-            UpdateExpression="SET #c = #c + :one REMOVE #co",
-            **conditional(
-                rules.finish_handoff(lease),
-                {"#c": c.LEASE_COUNTER, "#co": c.CHECKPOINT_OWNER},
-                {":one": {"N": "1"}},
-            ),
-        )
+        return await self._update("finish_handoff", lease.key, rules.finish_handoff(lease))
 
     async def delete_lease(self, lease: Lease) -> bool:
         try:
-            async with _mapped_errors("DeleteItem"):
+            async with mapped_errors("DeleteItem"):
                 self._count("delete")
                 await self._client.delete_item(
                     TableName=self.table_name,
                     Key={c.LEASE_KEY: {"S": lease.key}},
-                    **conditional(rules.delete(lease)),
+                    **compile_lease_write(rules.delete(lease)),
                 )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
@@ -337,21 +179,8 @@ class DynamoLeaseStore:
     async def update_child_shard_ids(
         self, lease: Lease, child_shard_ids: frozenset[str]
     ) -> Lease | None:
-        if not child_shard_ids:
-            raise ValueError("childShardIds must not be empty (DynamoDB has no empty sets)")
-        return await self._update(
-            "child_shards",
-            lease.key,
-            UpdateExpression="SET #c = :new, #ch = :ch",
-            **conditional(
-                rules.update_child_shard_ids(lease),
-                {"#c": c.LEASE_COUNTER, "#ch": c.CHILD_SHARD_IDS},
-                {
-                    ":new": {"N": str(lease.counter + 1)},
-                    ":ch": {"SS": sorted(child_shard_ids)},
-                },
-            ),
-        )
+        write = rules.update_child_shard_ids(lease, child_shard_ids)
+        return await self._update("child_shards", lease.key, write)
 
     # -- administration (CLI) --------------------------------------------------------------
 
@@ -361,26 +190,15 @@ class DynamoLeaseStore:
         Administration only: workers never write these attributes. Raises ``KeyError`` for a
         lease that does not exist.
         """
-        names = {"#st": c.STICKY, "#sw": c.STICKY_WORKER}
-        values: dict[str, Any] = {}
-        if value is None:
-            update = "REMOVE #st, #sw"
-        elif worker is None:
-            update = "SET #st = :v REMOVE #sw"
-            values = {":v": {"N": str(value)}}
-        else:
-            update = "SET #st = :v, #sw = :w"
-            values = {":v": {"N": str(value)}, ":w": {"S": worker}}
         try:
-            async with _mapped_errors("UpdateItem"):
+            async with mapped_errors("UpdateItem"):
                 self._count("set_sticky")
                 await self._client.update_item(
                     TableName=self.table_name,
                     Key={c.LEASE_KEY: {"S": key}},
-                    UpdateExpression=update,
-                    **conditional(rules.set_sticky(), names, values),
+                    **compile_lease_write(rules.set_sticky(value, worker)),
                 )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 raise KeyError(f"no lease {key!r} in table {self.table_name}") from None
             raise

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 from botocore.exceptions import ClientError
 
+from kclasync._adapters.call_counts import CallCounts
 from kclasync._adapters.fanout_errors import (
     ConsumerNotActiveError,
     ConsumerNotFoundError,
@@ -61,15 +62,12 @@ class StreamConsumer:
         )
 
 
-class FanOutClient:
+class FanOutClient(CallCounts):
     """Enhanced fan-out over a low-level aiobotocore Kinesis client."""
 
     def __init__(self, client: Any) -> None:
+        super().__init__()
         self._client = client
-        self.calls: dict[str, int] = {}
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
 
     async def _call(self, op: str, what: str, **kwargs: Any) -> dict[str, Any]:
         self._count(op)

@@ -16,6 +16,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from kclasync._adapters.call_counts import CallCounts
 from kclasync._adapters.protocols import (
     ChildShard,
     ExpiredIteratorError,
@@ -174,15 +175,12 @@ def records_result(resp: Any, stream: str, shard_id: str) -> GetRecordsResult:
     )
 
 
-class KinesisStreamClient:
+class KinesisStreamClient(CallCounts):
     """``StreamClient`` over a low-level aiobotocore Kinesis client."""
 
     def __init__(self, client: Any) -> None:
+        super().__init__()
         self._client = client
-        self.calls: dict[str, int] = {}
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
 
     async def describe_stream(self, stream: str) -> StreamIdentity:
         async with _mapped_errors("DescribeStreamSummary", stream):

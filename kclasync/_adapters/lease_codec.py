@@ -1,7 +1,10 @@
 """Lease <-> DynamoDB item, with the Java KCL's attribute names and types.
 
-Owns: the table schema (attribute names, DynamoDB types) and the parsing of items, including the
-precise error for an item that is not a valid lease.
+Owns: the table schema (attribute names, DynamoDB types): the one place of the lease item's
+attribute names. Which stored attributes hold each ``Lease`` field (``FIELD_ATTRIBUTES``), how a
+field's value is stored (``field_item``, used for whole items and for the values of the writes'
+compiled expressions), and the parsing of items, including the precise error for an item that is
+not a valid lease.
 Must not: do I/O.
 """
 
@@ -178,33 +181,71 @@ def _sticky_worker(item: Item) -> str | None:
     return None  # absent or malformed: no named worker (the pin still holds)
 
 
+#: The stored attributes of each ``Lease`` field, by field name (a checkpoint is two).
+FIELD_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "key": (LEASE_KEY,),
+    "counter": (LEASE_COUNTER,),
+    "owner": (LEASE_OWNER,),
+    "checkpoint": (CHECKPOINT, CHECKPOINT_SUBSEQ),
+    "pending_checkpoint": (PENDING_CHECKPOINT, PENDING_CHECKPOINT_SUBSEQ),
+    "owner_switches_since_checkpoint": (OWNER_SWITCHES,),
+    "parent_shard_ids": (PARENT_SHARD_ID,),
+    "child_shard_ids": (CHILD_SHARD_IDS,),
+    "hash_range": (STARTING_HASH_KEY, ENDING_HASH_KEY),
+    "throughput_kbps": (THROUGHPUT_KBPS,),
+    "checkpoint_owner": (CHECKPOINT_OWNER,),
+    "sticky": (STICKY,),
+    "sticky_worker": (STICKY_WORKER,),
+}
+
+_NUMBERS = {"counter", "owner_switches_since_checkpoint", "sticky"}
+_STRINGS = {"key", "owner", "checkpoint_owner", "sticky_worker"}
+_SETS = {"parent_shard_ids", "child_shard_ids"}
+
+
+def field_item(field: str, value: Any) -> Item:
+    """The stored attributes (name -> typed value) of one ``Lease`` field's value. Raises
+    ``ValueError`` for a value the schema cannot store (a malformed ``Sticky`` description)."""
+    names = FIELD_ATTRIBUTES[field]
+    if field in _STRINGS and isinstance(value, str):
+        return {names[0]: {"S": value}}
+    if field in _NUMBERS and isinstance(value, int) and not isinstance(value, bool):
+        return {names[0]: {"N": str(value)}}
+    if field in _SETS and isinstance(value, frozenset | set):
+        return {names[0]: {"SS": sorted(value)}}
+    if field in ("checkpoint", "pending_checkpoint") and isinstance(value, Checkpoint):
+        return {names[0]: {"S": value.value}, names[1]: {"N": str(value.sub_sequence)}}
+    if field == "hash_range" and isinstance(value, HashRange):
+        return {names[0]: {"S": str(value.start)}, names[1]: {"S": str(value.end)}}
+    if field == "throughput_kbps" and isinstance(value, int | float):
+        return {names[0]: {"N": repr(float(value))}}
+    raise ValueError(f"lease field {field} cannot store {value!r}")
+
+
+#: The fields every stored lease has.
+_ALWAYS = ("key", "counter", "checkpoint", "owner_switches_since_checkpoint")
+#: The fields stored only when set (None, an empty set or a malformed Sticky are left out).
+_OPTIONAL = (
+    "owner",
+    "pending_checkpoint",
+    "parent_shard_ids",
+    "child_shard_ids",
+    "hash_range",
+    "throughput_kbps",
+    "checkpoint_owner",
+    "sticky",
+    "sticky_worker",
+)
+
+
 def lease_to_item(lease: Lease) -> Item:
     """The full item for a new lease (``create``)."""
-    item: Item = {
-        LEASE_KEY: {"S": lease.key},
-        LEASE_COUNTER: {"N": str(lease.counter)},
-        CHECKPOINT: {"S": lease.checkpoint.value},
-        CHECKPOINT_SUBSEQ: {"N": str(lease.checkpoint.sub_sequence)},
-        OWNER_SWITCHES: {"N": str(lease.owner_switches_since_checkpoint)},
-    }
-    if lease.owner is not None:
-        item[LEASE_OWNER] = {"S": lease.owner}
-    if lease.pending_checkpoint is not None:
-        item[PENDING_CHECKPOINT] = {"S": lease.pending_checkpoint.value}
-        item[PENDING_CHECKPOINT_SUBSEQ] = {"N": str(lease.pending_checkpoint.sub_sequence)}
-    if lease.parent_shard_ids:
-        item[PARENT_SHARD_ID] = {"SS": sorted(lease.parent_shard_ids)}
-    if lease.child_shard_ids:
-        item[CHILD_SHARD_IDS] = {"SS": sorted(lease.child_shard_ids)}
-    if lease.hash_range is not None:
-        item[STARTING_HASH_KEY] = {"S": str(lease.hash_range.start)}
-        item[ENDING_HASH_KEY] = {"S": str(lease.hash_range.end)}
-    if lease.throughput_kbps is not None:
-        item[THROUGHPUT_KBPS] = {"N": repr(float(lease.throughput_kbps))}
-    if lease.checkpoint_owner is not None:
-        item[CHECKPOINT_OWNER] = {"S": lease.checkpoint_owner}
-    if isinstance(lease.sticky, int):
-        item[STICKY] = {"N": str(lease.sticky)}
-    if lease.sticky_worker is not None:
-        item[STICKY_WORKER] = {"S": lease.sticky_worker}
+    item: Item = {}
+    for field in _ALWAYS:
+        item |= field_item(field, getattr(lease, field))
+    for field in _OPTIONAL:
+        value = getattr(lease, field)
+        if value is None or value == frozenset() or (field == "sticky" and isinstance(value, str)):
+            continue
+        item |= field_item(field, value)
     return item

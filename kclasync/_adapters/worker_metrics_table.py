@@ -16,35 +16,28 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kclasync._adapters.dynamodb import _code, _mapped_errors, ensure_table
+from kclasync._adapters import lease_codec as c
+from kclasync._adapters.dynamo_conditions import compile_lease_write
+from kclasync._adapters.dynamo_table import DynamoTable, error_code, mapped_errors
+from kclasync._core import lease_rules as rules
 from kclasync._core import worker_metrics as wm
 from kclasync._core import worker_metrics_item as wi
 
 log = logging.getLogger("kclasync.registry")
 
 
-class DynamoWorkerMetrics:
+class DynamoWorkerMetrics(DynamoTable):
     """``WorkerRegistry`` over a DynamoDB table (low-level aiobotocore client)."""
 
     def __init__(self, client: Any, table_name: str) -> None:
-        self._client = client
-        self.table_name = table_name
-        self.calls: dict[str, int] = {}
+        super().__init__(client, table_name)
         #: Unreadable items met by ``list_workers`` so far.
         self.corrupt_seen = 0
 
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
-
-    async def ensure_table(self, timeout: float = 60.0) -> None:
-        self._count("ensure_table")
-        await ensure_table(
-            self._client,
-            TableName=self.table_name,
-            BillingMode="PAY_PER_REQUEST",
+    def table_definition(self) -> dict[str, Any]:
+        return dict(
             AttributeDefinitions=[{"AttributeName": wi.WORKER_ID, "AttributeType": "S"}],
             KeySchema=[{"AttributeName": wi.WORKER_ID, "KeyType": "HASH"}],
-            timeout=timeout,
         )
 
     async def report(self, metrics: wm.WorkerMetrics) -> None:
@@ -63,7 +56,7 @@ class DynamoWorkerMetrics:
         if stale:
             names.update({f"#r{i}": f for i, f in enumerate(stale)})
             update += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(stale)))
-        async with _mapped_errors("UpdateItem"):
+        async with mapped_errors("UpdateItem"):
             self._count("report")
             await self._client.update_item(
                 TableName=self.table_name,
@@ -77,7 +70,7 @@ class DynamoWorkerMetrics:
         items: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
         while True:
-            async with _mapped_errors("Scan"):
+            async with mapped_errors("Scan"):
                 self._count("list_workers")
                 resp = await self._client.scan(**kwargs)
             items.extend(resp.get("Items", []))
@@ -98,11 +91,11 @@ class DynamoWorkerMetrics:
             kwargs["ExpressionAttributeNames"] = {"#hb": wi.HEARTBEAT}
             kwargs["ExpressionAttributeValues"] = {":hb": {"N": str(heartbeat)}}
         try:
-            async with _mapped_errors("DeleteItem"):
+            async with mapped_errors("DeleteItem"):
                 self._count("remove")
                 await self._client.delete_item(**kwargs)
         except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             return False
         return True
@@ -118,28 +111,27 @@ async def remove_legacy_registry_items(client: Any, lease_table: str) -> list[st
         "ConsistentRead": True,
         "ProjectionExpression": "#k",
         "FilterExpression": "begins_with(#k, :p)",
-        "ExpressionAttributeNames": {"#k": "leaseKey"},
+        "ExpressionAttributeNames": {"#k": c.LEASE_KEY},
         "ExpressionAttributeValues": {":p": {"S": wm.LEGACY_WORKER_KEY_PREFIX}},
     }
     while True:
-        async with _mapped_errors("Scan"):
+        async with mapped_errors("Scan"):
             resp = await client.scan(**kwargs)
-        keys.extend(i["leaseKey"]["S"] for i in resp.get("Items", []) if "leaseKey" in i)
+        keys.extend(i[c.LEASE_KEY]["S"] for i in resp.get("Items", []) if c.LEASE_KEY in i)
         if "LastEvaluatedKey" not in resp:
             break
         kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
     removed: list[str] = []
     for key in wm.legacy_registry_keys(keys):
         try:
-            async with _mapped_errors("DeleteItem"):
+            async with mapped_errors("DeleteItem"):
                 await client.delete_item(
                     TableName=lease_table,
-                    Key={"leaseKey": {"S": key}},
-                    ConditionExpression="attribute_not_exists(#c)",
-                    ExpressionAttributeNames={"#c": "leaseCounter"},
+                    Key={c.LEASE_KEY: {"S": key}},
+                    **compile_lease_write(rules.delete_registry_item()),
                 )
         except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             continue
         log.info("removed the earlier worker-registry item %s from %s", key, lease_table)

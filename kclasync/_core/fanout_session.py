@@ -4,9 +4,9 @@ Owns: the resubscription decision. Given where the reader got to (the last conti
 number and the last record handed on), how the subscription ended (the service closed it, the
 reader refreshed it before the five-minute limit, ResourceInUse, throttling, a dropped
 connection, the shard ended, the shard or the consumer is gone), how old it was and how many
-events it delivered, decide: subscribe again now or after a pause (bounded exponential backoff
-with jitter from an injected ``random.Random``) and from where, or hand the matter back to the
-caller. Also when to refresh a subscription before the service ends it.
+events it delivered, decide: subscribe again now or after a pause (``retry_policy.Backoff``
+with half jitter drawn from an injected ``random.Random``) and from where, or hand the matter
+back to the caller. Also when to refresh a subscription before the service ends it.
 Must not: do I/O, read clocks (ages and times are passed in), use global randomness, or know
 about asyncio.
 """
@@ -17,6 +17,8 @@ import enum
 import random
 
 import attrs
+
+from kclasync._core.retry_policy import Backoff, Jitter
 
 
 class Ending(enum.Enum):
@@ -121,8 +123,7 @@ def should_refresh(age: float, policy: ResubscribePolicy) -> bool:
 def backoff(failures: int, base: float, cap: float, rng: random.Random) -> float:
     """The pause before attempt ``failures`` + 1: exponential from ``base``, at most ``cap``,
     scaled by a random factor in [0.5, 1) (so readers of many shards spread out)."""
-    step: float = min(cap, base * 2.0 ** min(max(failures - 1, 0), 30))
-    return step * (0.5 + 0.5 * rng.random())
+    return Backoff(base, cap, Jitter.HALF).delay(failures, rng.random())
 
 
 _GIVE_UP = {

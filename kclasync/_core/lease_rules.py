@@ -1,32 +1,49 @@
-"""The conditions of every lease-table write, written once as data.
+"""Every lease-table write, and the leader lock's conditions, written once as data.
 
-Owns: the condition each conditional write of the lease table carries (create, renew, take or
-steal, release, checkpoint in its two fencing modes, handoff start and accept, delete,
-childShardIds, the administrative Sticky write), and the choice of checkpoint fencing mode.
-A condition is a small expression tree over a lease item's attributes: ``Equals``, ``Exists``,
-``Missing``, and ``All`` of several. The DynamoDB adapter compiles a tree into a
-ConditionExpression; the in-memory adapter evaluates the same tree against its stored item, so
-both enforce exactly the rule written here.
+Owns: each write of the lease table (create, renew, take or steal, release, checkpoint in its two
+fencing modes, handoff start and accept, delete, childShardIds, the administrative Sticky write)
+as a ``Write``: the condition it carries and the update it applies; the choice of checkpoint
+fencing mode; and the conditions of the leader lock's writes (create, replace, release).
+A condition is a small expression tree over an item's attributes: ``Equals``, ``Exists``,
+``Missing``, and ``All`` of several. An update is a tuple of actions: ``Set`` (a value),
+``Remove`` (the attribute), ``Add`` (a number; a missing attribute counts as 0). The DynamoDB
+adapters compile both into a ConditionExpression and an UpdateExpression
+(``_adapters.dynamo_conditions``); the in-memory adapters evaluate the same condition against
+their stored item and apply the same update to it, so both do exactly what is written here.
 
-Must not: do I/O, read clocks, know DynamoDB's attribute names or expression syntax (the
-adapters map ``Attr`` to their own storage), or describe the updates a write applies.
+Must not: do I/O, read clocks, or know DynamoDB's attribute names or expression syntax (an
+``Attr`` names a ``Lease`` field; the adapters map it to their own storage).
 
 The rules (``lease`` is the caller's last view of the lease):
 
-    write                 condition
-    create                key missing
-    renew                 counter = lease.counter AND owner = lease.owner
-    take (also a steal)   counter = lease.counter
-    release               owner = lease.owner
-    checkpoint, normal    counter = lease.counter AND owner = lease.owner
-                          AND checkpointOwner missing              (counter + 1)
-    checkpoint, handoff   checkpointOwner = lease.checkpoint_owner (counter unchanged)
-    start handoff         owner = lease.owner AND checkpointOwner missing
-    accept handoff        owner = lease.owner AND checkpointOwner = lease.checkpoint_owner
-    delete                counter = lease.counter
-    childShardIds         counter = lease.counter AND (owner = lease.owner, or owner missing
-                          when lease.owner is None)
-    set Sticky (admin)    key exists
+    write                 condition                                   update
+    create                key missing                                 (the whole item)
+    renew                 counter = lease.counter AND owner =         counter = lease.counter+1
+                          lease.owner                                 [, throughput]
+    take (also a steal)   counter = lease.counter                     counter = lease.counter+1,
+                                                                      owner = new, switches + 1,
+                                                                      remove checkpointOwner
+    release               owner = lease.owner                         counter + 1, remove owner
+    checkpoint, normal    counter = lease.counter AND owner =         counter = lease.counter+1,
+                          lease.owner AND checkpointOwner missing     then as below
+    checkpoint, handoff   checkpointOwner = lease.checkpoint_owner    (counter unchanged)
+                          either mode: checkpoint, switches = 0, remove pending; or with a
+                          pending checkpoint only pending = it
+    start handoff         owner = lease.owner AND checkpointOwner     owner = new,
+                          missing                                     checkpointOwner = old
+    accept handoff        owner = lease.owner AND checkpointOwner =   counter + 1,
+                          lease.checkpoint_owner                      remove checkpointOwner
+    delete                counter = lease.counter                     (the item goes)
+    childShardIds         counter = lease.counter AND (owner =        counter = lease.counter+1,
+                          lease.owner, or owner missing when          childShardIds = ids
+                          lease.owner is None)
+    delete registry item  counter missing (not a lease)               (the item goes)
+    set Sticky (admin)    key exists                                  Sticky, stickyWorker set
+                                                                      or removed
+    lock create           key missing                                 (the whole item)
+    lock replace          key exists AND version = expected           (the whole item)
+    lock release          key exists AND version = expected AND       (the item goes)
+                          owner = holder
 
 A lease with no owner compares its owner as ``""``, a value no stored owner has, so a write that
 names the owner fails for a lease nobody holds.
@@ -39,36 +56,58 @@ import enum
 import attrs
 
 from kclasync._core.lease import Lease
+from kclasync._core.position import Checkpoint
 
 
 class Attr(enum.Enum):
-    """The lease-item attributes conditions read, by their ``Lease`` field."""
+    """The lease-item attributes writes read and write, by their ``Lease`` field."""
 
     KEY = "key"
     COUNTER = "counter"
     OWNER = "owner"
     CHECKPOINT_OWNER = "checkpoint_owner"
+    OWNER_SWITCHES = "owner_switches_since_checkpoint"
+    CHECKPOINT = "checkpoint"
+    PENDING_CHECKPOINT = "pending_checkpoint"
+    CHILD_SHARD_IDS = "child_shard_ids"
+    THROUGHPUT = "throughput_kbps"
+    STICKY = "sticky"
+    STICKY_WORKER = "sticky_worker"
 
 
+class LockAttr(enum.Enum):
+    """The leader-lock item's attributes its conditions read, by their ``LockItem`` meaning."""
+
+    KEY = "key"
+    OWNER = "owner"
+    RECORD_VERSION = "record_version"
+
+
+AnyAttr = Attr | LockAttr
+
+#: What a condition compares with (a counter, an owner, a record version).
 Value = int | str
+
+#: What an update writes into a lease field.
+FieldValue = int | float | str | Checkpoint | frozenset[str]
 
 
 @attrs.frozen
 class Equals:
     """The attribute exists and equals ``value``."""
 
-    attr: Attr
+    attr: AnyAttr
     value: Value
 
 
 @attrs.frozen
 class Exists:
-    attr: Attr
+    attr: AnyAttr
 
 
 @attrs.frozen
 class Missing:
-    attr: Attr
+    attr: AnyAttr
 
 
 @attrs.frozen
@@ -81,25 +120,71 @@ class All:
 Condition = Equals | Exists | Missing | All
 
 
+@attrs.frozen
+class Set:
+    """Write ``value`` into the attribute."""
+
+    attr: Attr
+    value: FieldValue
+
+
+@attrs.frozen
+class Remove:
+    """Remove the attribute (the ``Lease`` field goes back to its default)."""
+
+    attr: Attr
+
+
+@attrs.frozen
+class Add:
+    """Add ``amount`` to a number attribute; a missing attribute counts as 0."""
+
+    attr: Attr
+    amount: int
+
+
+Action = Set | Remove | Add
+
+
+@attrs.frozen
+class Write:
+    """One conditional write: its condition and the update it applies (empty for a create,
+    which puts a whole item, and a delete)."""
+
+    condition: Condition
+    update: tuple[Action, ...] = ()
+
+
 def _owner(owner: str | None) -> Equals:
     return Equals(Attr.OWNER, owner if owner is not None else "")
 
 
-def create() -> Condition:
-    return Missing(Attr.KEY)
+def create() -> Write:
+    return Write(Missing(Attr.KEY))
 
 
-def renew(lease: Lease) -> Condition:
-    return All((Equals(Attr.COUNTER, lease.counter), _owner(lease.owner)))
+def renew(lease: Lease, throughput_kbps: float | None = None) -> Write:
+    update: tuple[Action, ...] = (Set(Attr.COUNTER, lease.counter + 1),)
+    if throughput_kbps is not None:
+        update += (Set(Attr.THROUGHPUT, float(throughput_kbps)),)
+    return Write(All((Equals(Attr.COUNTER, lease.counter), _owner(lease.owner))), update)
 
 
-def take(lease: Lease) -> Condition:
-    """Taking an expired lease and stealing a held one carry the same condition."""
-    return Equals(Attr.COUNTER, lease.counter)
+def take(lease: Lease, owner: str) -> Write:
+    """Taking an expired lease and stealing a held one are the same write."""
+    return Write(
+        Equals(Attr.COUNTER, lease.counter),
+        (
+            Set(Attr.COUNTER, lease.counter + 1),
+            Set(Attr.OWNER, owner),
+            Add(Attr.OWNER_SWITCHES, 1),
+            Remove(Attr.CHECKPOINT_OWNER),
+        ),
+    )
 
 
-def release(lease: Lease) -> Condition:
-    return _owner(lease.owner)
+def release(lease: Lease) -> Write:
+    return Write(_owner(lease.owner), (Add(Attr.COUNTER, 1), Remove(Attr.OWNER)))
 
 
 class CheckpointMode(enum.Enum):
@@ -111,23 +196,33 @@ class CheckpointMode(enum.Enum):
 
 
 @attrs.frozen
-class CheckpointRule:
-    mode: CheckpointMode
-    condition: Condition
+class CheckpointRule(Write):
+    mode: CheckpointMode = CheckpointMode.NORMAL
 
     @property
     def increments_counter(self) -> bool:
         return self.mode is CheckpointMode.NORMAL
 
 
-def checkpoint(lease: Lease) -> CheckpointRule:
-    """The fencing of a checkpoint write: handoff mode when ``lease`` names a checkpoint owner."""
+def checkpoint(
+    lease: Lease, position: Checkpoint, pending: Checkpoint | None = None
+) -> CheckpointRule:
+    """A checkpoint write: handoff mode when ``lease`` names a checkpoint owner. With
+    ``pending`` only the pending checkpoint is written (the first of a two-phase checkpoint)."""
+    written: tuple[Action, ...]
+    if pending is not None:
+        written = (Set(Attr.PENDING_CHECKPOINT, pending),)
+    else:
+        written = (
+            Set(Attr.CHECKPOINT, position),
+            Set(Attr.OWNER_SWITCHES, 0),
+            Remove(Attr.PENDING_CHECKPOINT),
+        )
     if lease.checkpoint_owner is not None:
         return CheckpointRule(
-            CheckpointMode.HANDOFF, Equals(Attr.CHECKPOINT_OWNER, lease.checkpoint_owner)
+            Equals(Attr.CHECKPOINT_OWNER, lease.checkpoint_owner), written, CheckpointMode.HANDOFF
         )
     return CheckpointRule(
-        CheckpointMode.NORMAL,
         All(
             (
                 Equals(Attr.COUNTER, lease.counter),
@@ -135,62 +230,129 @@ def checkpoint(lease: Lease) -> CheckpointRule:
                 Missing(Attr.CHECKPOINT_OWNER),
             )
         ),
+        (Set(Attr.COUNTER, lease.counter + 1), *written),
+        CheckpointMode.NORMAL,
     )
 
 
-def start_handoff(lease: Lease) -> Condition:
-    return All((_owner(lease.owner), Missing(Attr.CHECKPOINT_OWNER)))
+def start_handoff(lease: Lease, new_owner: str) -> Write:
+    """The owner hands the lease to ``new_owner`` and stays its checkpoint owner until the new
+    owner accepts; the counter is unchanged."""
+    return Write(
+        All((_owner(lease.owner), Missing(Attr.CHECKPOINT_OWNER))),
+        (Set(Attr.OWNER, new_owner), Set(Attr.CHECKPOINT_OWNER, lease.owner or "")),
+    )
 
 
-def finish_handoff(lease: Lease) -> Condition:
+def finish_handoff(lease: Lease) -> Write:
+    return Write(
+        All(
+            (
+                _owner(lease.owner),
+                Equals(Attr.CHECKPOINT_OWNER, lease.checkpoint_owner or ""),
+            )
+        ),
+        (Add(Attr.COUNTER, 1), Remove(Attr.CHECKPOINT_OWNER)),
+    )
+
+
+def delete(lease: Lease) -> Write:
+    return Write(Equals(Attr.COUNTER, lease.counter))
+
+
+def update_child_shard_ids(lease: Lease, child_shard_ids: frozenset[str]) -> Write:
+    """Fenced as a checkpoint; a lease with no owner (the leader's backfill of a finished,
+    unowned lease) requires the item to have no owner. Raises ``ValueError`` for no ids (the
+    DynamoDB set type cannot be empty)."""
+    if not child_shard_ids:
+        raise ValueError("childShardIds must not be empty (DynamoDB has no empty sets)")
+    owner: Condition = Missing(Attr.OWNER) if lease.owner is None else _owner(lease.owner)
+    return Write(
+        All((Equals(Attr.COUNTER, lease.counter), owner)),
+        (
+            Set(Attr.COUNTER, lease.counter + 1),
+            Set(Attr.CHILD_SHARD_IDS, frozenset(child_shard_ids)),
+        ),
+    )
+
+
+def set_sticky(value: int | str | None, worker: str | None = None) -> Write:
+    """Set ``Sticky`` (and ``stickyWorker``, removed when None), or remove both (None)."""
+    update: tuple[Action, ...]
+    if value is None:
+        update = (Remove(Attr.STICKY), Remove(Attr.STICKY_WORKER))
+    elif worker is None:
+        update = (Set(Attr.STICKY, value), Remove(Attr.STICKY_WORKER))
+    else:
+        update = (Set(Attr.STICKY, value), Set(Attr.STICKY_WORKER, worker))
+    return Write(Exists(Attr.KEY), update)
+
+
+def delete_registry_item() -> Write:
+    """Deleting a worker-registry item earlier versions kept in the lease table: only while
+    it is still not a lease (no counter)."""
+    return Write(Missing(Attr.COUNTER))
+
+
+def attributes(lease: Lease) -> dict[Attr, FieldValue]:
+    """The attributes a stored lease has (absent ones, None or an empty set, are left out)."""
+    found: dict[Attr, FieldValue] = {}
+    for attr in Attr:
+        value = getattr(lease, attr.value)
+        if value is not None and value != frozenset():
+            found[attr] = value
+    return found
+
+
+# -- the leader lock (its writes put or delete whole items: conditions only) ----------------
+
+
+def lock_create() -> Condition:
+    return Missing(LockAttr.KEY)
+
+
+def lock_replace(expected_version: str) -> Condition:
+    """A take-over or heartbeat: the item still carries the record version read before."""
+    return All((Exists(LockAttr.KEY), Equals(LockAttr.RECORD_VERSION, expected_version)))
+
+
+def lock_release(expected_version: str, owner: str) -> Condition:
     return All(
         (
-            _owner(lease.owner),
-            Equals(Attr.CHECKPOINT_OWNER, lease.checkpoint_owner or ""),
+            Exists(LockAttr.KEY),
+            Equals(LockAttr.RECORD_VERSION, expected_version),
+            Equals(LockAttr.OWNER, owner),
         )
     )
 
 
-def delete(lease: Lease) -> Condition:
-    return Equals(Attr.COUNTER, lease.counter)
-
-
-def update_child_shard_ids(lease: Lease) -> Condition:
-    """As a checkpoint's fencing; a lease with no owner (the leader's backfill of a finished,
-    unowned lease) requires the item to have no owner."""
-    owner: Condition = Missing(Attr.OWNER) if lease.owner is None else _owner(lease.owner)
-    return All((Equals(Attr.COUNTER, lease.counter), owner))
-
-
-def set_sticky() -> Condition:
-    return Exists(Attr.KEY)
-
-
-def attributes(lease: Lease) -> dict[Attr, Value]:
-    """The condition attributes a stored lease has (absent ones are left out)."""
-    found: dict[Attr, Value] = {Attr.KEY: lease.key, Attr.COUNTER: lease.counter}
-    if lease.owner is not None:
-        found[Attr.OWNER] = lease.owner
-    if lease.checkpoint_owner is not None:
-        found[Attr.CHECKPOINT_OWNER] = lease.checkpoint_owner
-    return found
-
-
 __all__ = [
+    "Action",
+    "Add",
     "All",
+    "AnyAttr",
     "Attr",
     "CheckpointMode",
     "CheckpointRule",
     "Condition",
     "Equals",
     "Exists",
+    "FieldValue",
+    "LockAttr",
     "Missing",
+    "Remove",
+    "Set",
     "Value",
+    "Write",
     "attributes",
     "checkpoint",
     "create",
     "delete",
+    "delete_registry_item",
     "finish_handoff",
+    "lock_create",
+    "lock_release",
+    "lock_replace",
     "release",
     "renew",
     "set_sticky",

@@ -1,17 +1,22 @@
 """How an I/O call that was throttled or failed transiently is retried: the policy table.
 
-Owns: the operation classes (``OpClass``), which adapter method belongs to which
-(``OP_CLASS``), the budget of each class (``policy_table``), and the two decisions of a retry
-loop: how long to wait before the next attempt (bounded exponential backoff with full jitter,
-``next_delay``) and whether to give up (``give_up``); and the few retries of a worker's
-start-up steps (``START_ATTEMPTS``, ``start_delay``).
+Owns: the one backoff formula of the package (``Backoff``: after failed attempt n, the
+ceiling ``min(cap, base * 2**(n-1))``, spread by a ``Jitter``), used by every retry loop (the
+adapter wrapper, the shard reader, the processor and child-lease retries, the start-up steps,
+fan-out resubscription, and the Spark package's puts and progress pruning); the operation
+classes (``OpClass``), which adapter method belongs to which (``OP_CLASS``), the budget of each
+class (``policy_table``), and the two decisions of the adapter wrapper's retry loop: how long to
+wait before the next attempt (full jitter, ``next_delay``) and whether to give up
+(``give_up``); and the few retries of a worker's start-up steps (``START_ATTEMPTS``,
+``start_delay``).
 Must not: sleep, read a clock or draw random numbers itself: the caller passes the attempt
-number, the elapsed time and a uniform draw in [0, 1).
+number, the elapsed time and a uniform draw in [0, 1) from its own injected ``random.Random``.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 
 import attrs
@@ -50,6 +55,54 @@ class OpClass(enum.Enum):
     SETUP = "setup"
 
 
+class Jitter(enum.Enum):
+    """How a backoff's ceiling is spread by the caller's uniform draw in [0, 1)."""
+
+    #: The ceiling itself: loops of one caller with nothing to spread out.
+    NONE = "none"
+    #: Uniform in [0, ceiling): many callers retrying the same service (the adapter wrapper).
+    FULL = "full"
+    #: Uniform in [ceiling/2, ceiling): spread out, but never shorter than half the ceiling
+    #: (fan-out resubscription, the Spark puts).
+    HALF = "half"
+
+
+#: Doublings after which the ceiling stops growing (2**60 times ``base``): no overflow however
+#: long a loop retries.
+_MAX_DOUBLINGS = 60
+
+
+@attrs.frozen
+class Backoff:
+    """Bounded exponential backoff: the ceiling after failed attempt ``n`` (from 1) is
+    ``min(cap, base * 2**(n-1))``, spread by ``jitter``. ``cap`` may be ``math.inf``
+    (a loop bounded by its attempts instead). A ``base`` above ``cap`` waits ``cap`` from the
+    first attempt on."""
+
+    base: float
+    cap: float = math.inf
+    jitter: Jitter = Jitter.NONE
+
+    def __attrs_post_init__(self) -> None:
+        if self.base < 0 or self.cap < 0:
+            raise ValueError("backoff base and cap cannot be negative")
+
+    def ceiling(self, attempt: int) -> float:
+        """The longest wait after failed attempt ``attempt`` (1-based; below 1 counts as 1)."""
+        doublings = min(max(attempt - 1, 0), _MAX_DOUBLINGS)
+        return min(self.cap, self.base * 2.0**doublings)
+
+    def delay(self, attempt: int, draw: float = 0.0) -> float:
+        """The wait after failed attempt ``attempt``; ``draw`` is uniform in [0, 1) (unused
+        without jitter)."""
+        ceiling = self.ceiling(attempt)
+        if self.jitter is Jitter.FULL:
+            return draw * ceiling
+        if self.jitter is Jitter.HALF:
+            return ceiling * (0.5 + 0.5 * draw)
+        return ceiling
+
+
 @attrs.frozen
 class RetryPolicy:
     """At most ``attempts`` calls; the wait before attempt n+1 is uniform in
@@ -67,6 +120,10 @@ class RetryPolicy:
         if self.base <= 0 or self.cap < self.base or self.budget < 0:
             raise ValueError("need 0 < base <= cap and budget >= 0")
 
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.base, self.cap, Jitter.FULL)
+
 
 #: Attempts of a start-up step (creating a table, the first shard sync) that keeps failing with
 #: a throttling or transient error, before the worker's ``run()`` fails with it.
@@ -77,13 +134,12 @@ def start_delay(attempt: int, *, first: float, cap: float) -> float:
     """The wait after failed start-up attempt ``attempt`` (from 1): ``first``, doubled with
     each further attempt, at most ``cap``. No jitter: a worker starts once, and its steps are
     few and mostly its own tables."""
-    return min(first * 2.0 ** (attempt - 1), cap)
+    return Backoff(first, cap).delay(attempt)
 
 
 def next_delay(policy: RetryPolicy, attempt: int, draw: float) -> float:
     """The wait after failed attempt ``attempt`` (1-based); ``draw`` is uniform in [0, 1)."""
-    ceiling = min(policy.cap, policy.base * 2.0 ** min(attempt - 1, 60))
-    return draw * ceiling
+    return policy.backoff.delay(attempt, draw)
 
 
 def give_up(policy: RetryPolicy, attempt: int, elapsed: float, delay: float) -> bool:
@@ -186,4 +242,15 @@ OP_CLASS: Mapping[str, OpClass] = {
 }
 
 
-__all__ = ["OP_CLASS", "OpClass", "RetryPolicy", "give_up", "next_delay", "policy_table"]
+__all__ = [
+    "OP_CLASS",
+    "START_ATTEMPTS",
+    "Backoff",
+    "Jitter",
+    "OpClass",
+    "RetryPolicy",
+    "give_up",
+    "next_delay",
+    "policy_table",
+    "start_delay",
+]

@@ -30,6 +30,7 @@ from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
 from kclasync._core.lease import CorruptLeaseError
 from kclasync._core.position import Checkpoint, InitialPositionKind, Sentinel
 from kclasync._core.read_pacing import ReadPause, next_read_pause
+from kclasync._core.retry_policy import Backoff
 from kclasync._processor import RecordProcessor, ShardInfo
 from kclasync._records import Record
 from kclasync._runtime.checkpointer import ShardCheckpointer
@@ -219,7 +220,7 @@ class ShardConsumer:
                     raise ProcessorFailedError(
                         self.shard_id, records[0].sequence_number, last.sequence_number, attempt
                     ) from exc
-                delay = self.config.processor_retry_backoff * 2 ** (attempt - 1)
+                delay = Backoff(self.config.processor_retry_backoff).delay(attempt)
                 log.warning(
                     "processor raised on shard %s (attempt %d of %d), retrying in %.2fs: %r",
                     self.shard_id,
@@ -262,8 +263,11 @@ class ShardConsumer:
         its other parent's lease. Returns the child shard ids, or None when a shutdown was
         requested first (the lease is then released unfinished and its next owner, reading
         to the end again, retries). Raises ``LeaseLostError`` once the lease is lost."""
-        delay = self.config.throttle_backoff
+        backoff = Backoff(self.config.throttle_backoff, self.config.max_backoff)
+        attempt = 0
         while True:
+            attempt += 1
+            delay = backoff.delay(attempt)
             self.leases.ensure_held(self.held)
             try:
                 children = await self._create_children(self.held, reported)
@@ -283,7 +287,6 @@ class ShardConsumer:
                     await self._shutdown.wait()
             if self._shutdown.is_set():
                 return None
-            delay = min(delay * 2, self.config.max_backoff)
 
     async def _shut_down(self) -> ShardOutcome:
         await self.processor.shutdown_requested(self.checkpointer)

@@ -22,6 +22,7 @@ from kclasync._adapters.protocols import (
     StartingPosition,
     StreamClient,
 )
+from kclasync._core.retry_policy import Backoff
 from kclasync.errors import ThrottledError, TransientError
 
 log = logging.getLogger("kclasync.shard")
@@ -33,6 +34,8 @@ class ShardCursor:
     """The position of one reader in one shard.
 
     ``attempts``: calls tried per step before the error is raised (None: retry forever).
+    The waits (``retry_policy.Backoff``) start at ``backoff`` and double up to ``max_backoff``
+    (no jitter: one reader per shard).
     ``on_throttle``: called once per throttling error (for metrics).
     """
 
@@ -53,8 +56,7 @@ class ShardCursor:
         self.stream = stream
         self.shard_id = shard_id
         self.start = start
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.backoff = Backoff(backoff, max_backoff)
         self.attempts = attempts
         self.on_throttle = on_throttle
         self.on_retry = on_retry
@@ -63,7 +65,6 @@ class ShardCursor:
         self.last_sequence: str | None = None
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        delay = self.backoff
         attempt = 0
         while True:
             attempt += 1
@@ -76,9 +77,9 @@ class ShardCursor:
                     raise
                 if self.on_retry is not None:
                     self.on_retry(what, exc)
+                delay = self.backoff.delay(attempt)
                 log.info("%s on %s failed (%s); retrying in %.2fs", what, self.shard_id, exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.max_backoff)
 
     async def _fresh_iterator(self) -> str:
         position = (

@@ -26,6 +26,7 @@ from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._adapters.protocols import GetRecordsResult, ShardFilter, StartingPosition
 from kclasync._consumer import Consumer
 from kclasync._core.lease import Lease
+from kclasync._core.retry_policy import Backoff
 from kclasync._core.shard import Shard
 from kclasync._core.worker_metrics import WorkerMetrics
 from kclasync._core.worker_metrics_item import DecodedEntries
@@ -35,6 +36,8 @@ from kclasync._simulation.invariants import InvariantChecker
 from kclasync.errors import ThrottledError, TransientError
 
 _T = TypeVar("_T")
+#: The simulated processor's waits between failed shard-end and shutdown checkpoints.
+_PROCESSOR_BACKOFF = Backoff(0.2, 5.0)
 
 #: (send time, operation) of the lease-table write being applied, set per task by
 #: ``SimLeaseStore._write`` and read when the table applies it.
@@ -243,14 +246,12 @@ class SimProcessor:
         return None
 
     async def _retrying(self, write: Callable[[], object]) -> None:
-        delay = 0.2
-        for _ in range(8):
+        for attempt in range(1, 9):
             try:
                 await write()  # type: ignore[misc]
                 return
             except (ThrottledError, TransientError):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(_PROCESSOR_BACKOFF.delay(attempt))
         await write()  # type: ignore[misc]
 
     async def shard_ended(self, checkpointer: Checkpointer) -> None:

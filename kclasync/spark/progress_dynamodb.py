@@ -15,6 +15,8 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from kclasync._adapters.call_counts import CallCounts
+from kclasync._core.retry_policy import Backoff
 from kclasync.spark.offsets import ShardProgress
 
 __all__ = ["DEFAULT_PROGRESS_TABLE", "DynamoProgressStore"]
@@ -25,6 +27,8 @@ _RUN: Final = "run"
 _ITEM: Final = "item"
 _BODY: Final = "progress"
 _WIDTH: Final = 12
+#: Waits between BatchWriteItem calls that left unprocessed items (no jitter: one pruner).
+_UNPROCESSED_BACKOFF: Final = Backoff(0.05, 2.0)
 
 
 def _code(exc: ClientError) -> str:
@@ -41,17 +45,13 @@ def _batch_prefix(batch: int) -> str:
     return f"{batch:0{_WIDTH}d}#"
 
 
-class DynamoProgressStore:
+class DynamoProgressStore(CallCounts):
     """``ProgressStore`` over a DynamoDB table (a low-level aiobotocore client)."""
 
     def __init__(self, client: Any, table: str) -> None:
+        super().__init__()
         self._client = client
         self.table = table
-        #: Calls made, by operation (for tests and benchmarks).
-        self.calls: dict[str, int] = {}
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
 
     async def ensure_table(self, timeout: float = 60.0) -> None:
         """Create the table unless it exists (PAY_PER_REQUEST) and wait until it is ACTIVE."""
@@ -178,12 +178,12 @@ class DynamoProgressStore:
             requests: list[dict[str, Any]] = [
                 {"DeleteRequest": {"Key": key}} for key in keys[i : i + 25]
             ]
-            delay = 0.05
+            attempt = 0
             while requests:
+                attempt += 1
                 self._count("batch_write_item")
                 resp = await self._client.batch_write_item(RequestItems={self.table: requests})
                 requests = list(resp.get("UnprocessedItems", {}).get(self.table, []))
                 if requests:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
+                    await asyncio.sleep(_UNPROCESSED_BACKOFF.delay(attempt))
         return len(keys)

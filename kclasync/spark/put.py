@@ -19,6 +19,7 @@ from typing import Any, Final
 import attrs
 from botocore.exceptions import BotoCoreError, ClientError
 
+from kclasync._core.retry_policy import Backoff, Jitter
 from kclasync.errors import KclAsyncError
 
 __all__ = [
@@ -145,11 +146,10 @@ async def _put_chunk(
     stats: PutStats,
     *,
     attempts: int,
-    backoff: float,
-    max_backoff: float,
+    backoff: Backoff,
+    rng: random.Random,
 ) -> None:
     pending = chunk
-    delay = backoff
     codes: set[str] = set()
     for attempt in range(1, attempts + 1):
         try:
@@ -181,8 +181,7 @@ async def _put_chunk(
             pending = failed
             if attempt == attempts:
                 break
-        await asyncio.sleep(delay * (0.5 + random.random() / 2))
-        delay = min(delay * 2, max_backoff)
+        await asyncio.sleep(backoff.delay(attempt, rng.random()))
     raise PutFailedError(
         f"{len(pending)} records to {stream} still failed after {attempts} attempts "
         f"({', '.join(sorted(codes))})"
@@ -198,11 +197,15 @@ async def put_all(
     attempts: int = 10,
     backoff: float = 0.1,
     max_backoff: float = 5.0,
+    rng: random.Random | None = None,
 ) -> PutStats:
     """Put every entry; returns the counts. Raises ``RecordTooLargeError`` for an entry that
     breaks the per-record limits (before anything after it is sent) and ``PutFailedError``
-    when entries keep failing."""
+    when entries keep failing. The waits (``retry_policy.Backoff``, half jitter drawn from
+    ``rng``) start at ``backoff`` and double up to ``max_backoff``."""
     stats = PutStats()
+    waits = Backoff(backoff, max_backoff, Jitter.HALF)
+    draws = rng if rng is not None else random.Random()
 
     def checked() -> Iterator[Entry]:
         for row, entry in enumerate(entries):
@@ -215,7 +218,7 @@ async def put_all(
             chunk,
             stats,
             attempts=attempts,
-            backoff=backoff,
-            max_backoff=max_backoff,
+            backoff=waits,
+            rng=draws,
         )
     return stats

@@ -3,8 +3,9 @@
 Each case is a sequence of writes on one lease. Both adapters run the same sequence from the same
 starting item; every step must succeed or fail as written here, and both adapters must return the
 same lease and leave the same item after every step. The conditions themselves come from
-``kclasync._core.lease_rules``, so this checks that its two compilations agree with each other
-and with the protocol.
+``kclasync._core.lease_rules`` (each write's condition and update), so this checks that its two
+compilations (DynamoDB expressions, the memory store's evaluation) agree with each other and with
+the protocol. The leader lock's writes are run the same way on both coordinator-state stores.
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ from typing import Any
 import attrs
 import pytest
 
-from kclasync._adapters.dynamo_conditions import compile_condition
+from kclasync._adapters.coordinator_state import LOCK_SCHEMA, DynamoCoordinatorState
+from kclasync._adapters.dynamo_conditions import (
+    compile_condition,
+    compile_lease_write,
+    compile_write,
+)
 from kclasync._adapters.dynamodb import DynamoLeaseStore
+from kclasync._adapters.lease_codec import FIELD_ATTRIBUTES
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
+from kclasync._adapters.memory.coordinator_state import MemoryCoordinatorState
 from kclasync._core import lease_rules as rules
+from kclasync._core.leader_lock import LockItem
 from kclasync._core.lease import Lease
 from kclasync._core.position import Checkpoint
 from kclasync.testing.emulators import LocalAws
@@ -43,12 +52,12 @@ class Step:
     applied: bool
 
 
-async def _sticky(store: Store, value: int) -> bool:
+async def _sticky(store: Store, value: int | None, worker: str | None = None) -> bool:
     try:
         if isinstance(store, MemoryLeaseStore):
-            store.set_sticky(KEY, value)
+            store.set_sticky(KEY, value, worker)
         else:
-            await store.set_sticky(KEY, value)
+            await store.set_sticky(KEY, value, worker)
     except KeyError:
         return False
     return True
@@ -236,7 +245,24 @@ CASES: dict[str, tuple[Lease | None, list[Step]]] = {
             Step("set Sticky", lambda s: _sticky(s, 10), False),
         ],
     ),
-    "set Sticky": (held(), [Step("set Sticky", lambda s: _sticky(s, 10), True)]),
+    "set Sticky": (
+        held(),
+        [
+            Step("set Sticky", lambda s: _sticky(s, 10), True),
+            Step("pin to a worker", lambda s: _sticky(s, 10, "b"), True),
+            Step("release mode drops the worker", lambda s: _sticky(s, 20), True),
+            Step("pin again", lambda s: _sticky(s, 10, "c"), True),
+            Step("remove both", lambda s: _sticky(s, None), True),
+        ],
+    ),
+    "owner switches added and reset": (
+        held(owner_switches_since_checkpoint=0),
+        [
+            Step("take", lambda s: s.take_lease(held(), "b"), True),
+            Step("take back", lambda s: s.take_lease(held(6, "b"), "a"), True),
+            Step("checkpoint resets", lambda s: s.checkpoint(held(7), CP1), True),
+        ],
+    ),
 }
 
 
@@ -255,6 +281,7 @@ def _view(result: object) -> object:
         result.child_shard_ids,
         result.throughput_kbps,
         result.sticky,
+        result.sticky_worker,
     )
 
 
@@ -302,20 +329,25 @@ def test_every_conditional_write_is_covered() -> None:
         "_sticky",
     }
     assert writes <= called, writes - called
+    lock_called = set().union(*(write.__code__.co_names for _, write, _ in LOCK_STEPS))
+    assert {"create_lock", "replace_lock", "release_lock"} <= lock_called
 
 
 @pytest.mark.parametrize(
     ("condition", "expected"),
     [
-        (rules.create(), "attribute_not_exists(#k)"),
-        (rules.renew(held()), "#c = :if0 AND #o = :if1"),
+        (rules.create().condition, "attribute_not_exists(#leaseKey)"),
+        (rules.renew(held()).condition, "#leaseCounter = :v0 AND #leaseOwner = :v1"),
         (
-            rules.checkpoint(held()).condition,
-            "#c = :if0 AND #o = :if1 AND attribute_not_exists(#co)",
+            rules.checkpoint(held(), CP1).condition,
+            "#leaseCounter = :v0 AND #leaseOwner = :v1 AND attribute_not_exists(#checkpointOwner)",
         ),
-        (rules.checkpoint(held(checkpoint_owner="x")).condition, "#co = :if0"),
-        (rules.update_child_shard_ids(held(owner=None)), "#c = :if0 AND attribute_not_exists(#o)"),
-        (rules.set_sticky(), "attribute_exists(#k)"),
+        (rules.checkpoint(held(checkpoint_owner="x"), CP1).condition, "#checkpointOwner = :v0"),
+        (
+            rules.update_child_shard_ids(held(owner=None), frozenset({"x"})).condition,
+            "#leaseCounter = :v0 AND attribute_not_exists(#leaseOwner)",
+        ),
+        (rules.set_sticky(10).condition, "attribute_exists(#leaseKey)"),
     ],
 )
 def test_conditions_compile_to_dynamodb_expressions(
@@ -327,9 +359,110 @@ def test_conditions_compile_to_dynamodb_expressions(
     assert set(values) == set(re.findall(r":\w+", expression))
 
 
+WRITES = {
+    "create": rules.create(),
+    "renew": rules.renew(held()),
+    "renew with throughput": rules.renew(held(), 12.5),
+    "take": rules.take(held(), "b"),
+    "release": rules.release(held()),
+    "checkpoint": rules.checkpoint(held(), CP1),
+    "checkpoint pending": rules.checkpoint(held(), CP1, CP2),
+    "handoff checkpoint": rules.checkpoint(held(owner="b", checkpoint_owner="a"), CP1),
+    "start handoff": rules.start_handoff(held(), "b"),
+    "finish handoff": rules.finish_handoff(held(owner="b", checkpoint_owner="a")),
+    "delete": rules.delete(held()),
+    "childShardIds": rules.update_child_shard_ids(held(), frozenset({"x", "y"})),
+    "sticky": rules.set_sticky(10, "b"),
+    "sticky removed": rules.set_sticky(None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRITES))
+def test_every_write_compiles_with_exactly_the_names_and_values_it_uses(name: str) -> None:
+    kwargs = compile_lease_write(WRITES[name])
+    text = kwargs["ConditionExpression"] + " " + kwargs.get("UpdateExpression", "")
+    assert set(kwargs["ExpressionAttributeNames"]) == set(re.findall(r"#\w+", text))
+    assert set(kwargs.get("ExpressionAttributeValues", {})) == set(re.findall(r":\w+", text))
+    # Every stored name comes from the codec.
+    codec_names = {n for names in FIELD_ATTRIBUTES.values() for n in names}
+    assert set(kwargs["ExpressionAttributeNames"].values()) <= codec_names
+
+
+def test_updates_compile_to_set_remove_and_add() -> None:
+    kwargs = compile_lease_write(rules.take(held(), "b"))
+    assert kwargs["UpdateExpression"] == (
+        "SET #leaseCounter = :v1, #leaseOwner = :v2 REMOVE #checkpointOwner"
+        " ADD #ownerSwitchesSinceCheckpoint :v3"
+    )
+    assert kwargs["ExpressionAttributeValues"][":v3"] == {"N": "1"}
+    pending = compile_lease_write(rules.checkpoint(held(), CP1, CP2))
+    assert "REMOVE" not in pending["UpdateExpression"]
+    assert pending["ExpressionAttributeValues"][":v4"] == {"N": "3"}  # the pending sub-sequence
+
+
 def test_checkpoint_mode_is_chosen_by_the_rules() -> None:
-    assert rules.checkpoint(held()).mode is rules.CheckpointMode.NORMAL
-    assert rules.checkpoint(held()).increments_counter
-    handoff = rules.checkpoint(held(owner="b", checkpoint_owner="a"))
+    assert rules.checkpoint(held(), CP1).mode is rules.CheckpointMode.NORMAL
+    assert rules.checkpoint(held(), CP1).increments_counter
+    handoff = rules.checkpoint(held(owner="b", checkpoint_owner="a"), CP1)
     assert handoff.mode is rules.CheckpointMode.HANDOFF
     assert not handoff.increments_counter
+    assert all(action.attr is not rules.Attr.COUNTER for action in handoff.update)
+
+
+def test_empty_child_shard_ids_are_refused_before_any_write() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        rules.update_child_shard_ids(held(), frozenset())
+
+
+# -- the leader lock ---------------------------------------------------------------------------
+
+LockStore = MemoryCoordinatorState | DynamoCoordinatorState
+LockWrite = Callable[[LockStore], Awaitable[object]]
+
+LOCK_STEPS: list[tuple[str, LockWrite, bool]] = [
+    ("replace a missing lock", lambda s: s.replace_lock("Leader", "v0", "a", 10.0, "v1"), False),
+    ("release a missing lock", lambda s: s.release_lock("Leader", "v0", "a", "v9"), False),
+    ("create", lambda s: s.create_lock("Leader", "a", 10.0, "v1"), True),
+    ("create again", lambda s: s.create_lock("Leader", "b", 10.0, "v2"), False),
+    (
+        "replace on a stale version",
+        lambda s: s.replace_lock("Leader", "v0", "b", 10.0, "v2"),
+        False,
+    ),
+    ("heartbeat", lambda s: s.replace_lock("Leader", "v1", "a", 10.0, "v2"), True),
+    ("take over", lambda s: s.replace_lock("Leader", "v2", "b", 20.0, "v3"), True),
+    ("release as the old holder", lambda s: s.release_lock("Leader", "v3", "a", "v9"), False),
+    ("release on a stale version", lambda s: s.release_lock("Leader", "v2", "b", "v9"), False),
+    ("release", lambda s: s.release_lock("Leader", "v3", "b", "v9"), True),
+    ("create after release", lambda s: s.create_lock("Leader", "c", 10.0, "v4"), True),
+]
+
+
+async def _run_lock(store: LockStore) -> list[tuple[object, ...]]:
+    trace: list[tuple[object, ...]] = []
+    for name, write, applied in LOCK_STEPS:
+        result = await write(store)
+        assert (result is True or isinstance(result, LockItem)) == applied, (
+            f"{type(store).__name__}: {name}: {result}"
+        )
+        trace.append((name, result, await store.get_lock("Leader")))
+    return trace
+
+
+async def test_both_lock_stores_apply_the_lock_conditions_alike(
+    moto: LocalAws, unique_name: str
+) -> None:
+    memory = await _run_lock(MemoryCoordinatorState())
+    async with moto.client_options().create_client("dynamodb") as ddb:
+        dynamo_store = DynamoCoordinatorState(ddb, f"{unique_name}-CoordinatorState")
+        await dynamo_store.ensure_table()
+        dynamo = await _run_lock(dynamo_store)
+    assert memory == dynamo
+
+
+def test_lock_conditions_compile_to_the_lock_clients_expressions() -> None:
+    kwargs = compile_write(rules.lock_release("v1", "a"), schema=LOCK_SCHEMA)
+    assert kwargs["ConditionExpression"] == (
+        "attribute_exists(#key) AND #recordVersionNumber = :v0 AND #ownerName = :v1"
+    )
+    assert kwargs["ExpressionAttributeValues"] == {":v0": {"S": "v1"}, ":v1": {"S": "a"}}

@@ -6,6 +6,8 @@ import attrs
 import pytest
 
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
+from kclasync._adapters.memory.lease_table import apply_update
+from kclasync._core import lease_rules as rules
 from kclasync._core.lease import CorruptLeaseError, Lease
 from kclasync._core.position import SHARD_END, TRIM_HORIZON, Checkpoint
 from tests.adapters.memory_helpers import KEY, owned
@@ -313,3 +315,25 @@ async def test_shard_end_checkpoint_round_trip(store: MemoryLeaseStore) -> None:
     lease = await owned(store)
     done = await store.checkpoint(lease, SHARD_END)
     assert done is not None and done.is_finished
+
+
+def test_updates_apply_to_the_item_as_it_was_before_the_write() -> None:
+    stored = Lease(KEY, counter=4, owner="a", checkpoint_owner="b", sticky_worker="w")
+    update = (
+        rules.Set(rules.Attr.COUNTER, 9),
+        rules.Add(rules.Attr.OWNER_SWITCHES, 1),
+        rules.Remove(rules.Attr.CHECKPOINT_OWNER),
+        rules.Remove(rules.Attr.STICKY_WORKER),
+        rules.Set(rules.Attr.CHILD_SHARD_IDS, frozenset({"x"})),
+    )
+    assert apply_update(update, stored) == attrs.evolve(
+        stored,
+        counter=9,
+        owner_switches_since_checkpoint=1,
+        checkpoint_owner=None,
+        sticky_worker=None,
+        child_shard_ids=frozenset({"x"}),
+    )
+    assert apply_update((), stored) == stored
+    with pytest.raises(ValueError, match="cannot be removed"):
+        apply_update((rules.Remove(rules.Attr.CHECKPOINT),), stored)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import inspect
+import math
+import re
+from pathlib import Path
 
 import pytest
 
+import kclasync
 from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore, StreamClient
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig
 from kclasync._core.retry_policy import (
     OP_CLASS,
     START_ATTEMPTS,
+    Backoff,
+    Jitter,
     OpClass,
     RetryPolicy,
     give_up,
@@ -106,3 +112,76 @@ def test_start_up_steps_back_off_doubling_up_to_the_cap() -> None:
     assert start_delay(9, first=0.5, cap=10.0) == 10.0
     # Every wait of a start-up fits well inside a failover time or two.
     assert sum(waits) < 2 * cfg.failover_time
+
+
+def _doubling(first: float, cap: float, n: int) -> list[float]:
+    """The loop every retry site used to write itself: wait, then double up to the cap."""
+    waits, delay = [], first
+    for _ in range(n):
+        waits.append(delay)
+        delay = min(delay * 2, cap)
+    return waits
+
+
+@pytest.mark.parametrize(
+    ("first", "cap"),
+    [(0.1, 5.0), (0.5, 10.0), (0.05, 2.0), (0.2, 5.0), (1.0, 1.0), (0.0, 3.0)],
+)
+def test_backoff_without_jitter_is_the_doubling_loop_it_replaced(first: float, cap: float) -> None:
+    b = Backoff(first, cap)
+    assert [b.delay(n) for n in range(1, 13)] == pytest.approx(_doubling(first, cap, 12))
+
+
+def test_backoff_without_cap_keeps_doubling() -> None:
+    # The processor retries: ``processor_retry_backoff * 2 ** (attempt - 1)``, bounded by
+    # ``processor_retries`` instead of a cap.
+    b = Backoff(1.0)
+    assert [b.delay(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert b.delay(100_000) < math.inf  # no overflow
+
+
+def test_half_jitter_is_the_fanout_and_spark_put_formula() -> None:
+    b = Backoff(0.2, 5.0, Jitter.HALF)
+    for n, draw in [(1, 0.0), (1, 0.999), (3, 0.5), (9, 0.25), (10_000, 0.75)]:
+        # the former ``delay * (0.5 + random() / 2)`` with ``delay`` doubled up to the cap
+        assert b.delay(n, draw) == pytest.approx(
+            _doubling(0.2, 5.0, min(n, 12))[-1] * (0.5 + draw / 2)
+        )
+    assert b.delay(1, 0.0) == pytest.approx(0.1)
+    assert b.delay(30, 0.999) < 5.0
+
+
+def test_full_jitter_is_next_delay() -> None:
+    p = RetryPolicy(attempts=10, base=0.1, cap=1.0, budget=100)
+    for n in range(1, 12):
+        for draw in (0.0, 0.3, 0.999):
+            assert next_delay(p, n, draw) == Backoff(0.1, 1.0, Jitter.FULL).delay(n, draw)
+
+
+def test_a_first_wait_above_the_cap_is_capped() -> None:
+    # Documented change: the hand-written loops waited ``first`` once even when it was above
+    # the cap (only reachable with arguments the configuration check refuses).
+    assert Backoff(8.0, 5.0).delay(1) == 5.0
+    assert Backoff(8.0, 5.0, Jitter.HALF).delay(1, 0.999) < 5.0
+
+
+def test_backoff_refuses_negative_times() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        Backoff(-0.1, 1.0)
+    with pytest.raises(ValueError, match="negative"):
+        Backoff(0.1, -1.0)
+
+
+def test_no_retry_loop_outside_the_policy_writes_its_own_backoff() -> None:
+    """Every retry loop draws its waits from ``Backoff``: no module of the package doubles a
+    delay or draws a jitter factor itself."""
+    root = Path(kclasync.__file__).parent
+    doubling = re.compile(r"\bdelay \* 2\b|\b2(\.0)? ?\*\* ?\(|random\.random\(\)|random\.uniform")
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "retry_policy.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if doubling.search(line)
+    ]
+    assert offenders == []

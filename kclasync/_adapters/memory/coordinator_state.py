@@ -1,7 +1,8 @@
 """The in-memory coordinator-state table: the leader lock items the workers share.
 
-Owns: ``MemoryCoordinatorState``, with the conditional writes of ``DynamoCoordinatorState``.
-Must not: decide when a lock has expired (``_core.leader_lock`` does).
+Owns: ``MemoryCoordinatorState``, with the conditional writes of ``DynamoCoordinatorState``: the
+same conditions from ``_core.lease_rules``, evaluated by the lease table's ``holds``.
+Must not: decide when a lock has expired (``_core.leader_lock`` does) or a write's condition.
 """
 
 from __future__ import annotations
@@ -11,10 +12,25 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from kclasync._adapters.memory.faults import FaultPlan, with_faults
+from kclasync._adapters.memory.lease_table import holds
+from kclasync._core import lease_rules as rules
 from kclasync._core.client_version import MigrationState
 from kclasync._core.leader_lock import LockItem
 
 _T = TypeVar("_T")
+
+
+def _attributes(key: str, item: LockItem | None) -> dict[rules.LockAttr, object] | None:
+    """The attributes a stored lock item has for its conditions (None: no item)."""
+    if item is None:
+        return None
+    found: dict[rules.LockAttr, object] = {
+        rules.LockAttr.KEY: key,
+        rules.LockAttr.RECORD_VERSION: item.record_version,
+    }
+    if item.owner is not None:
+        found[rules.LockAttr.OWNER] = item.owner
+    return found
 
 
 class MemoryCoordinatorState:
@@ -51,7 +67,7 @@ class MemoryCoordinatorState:
         self, key: str, owner: str, lease_duration: float, version: str
     ) -> LockItem | None:
         def apply() -> LockItem | None:
-            if key in self.items:
+            if not holds(rules.lock_create(), _attributes(key, self.items.get(key))):
                 return None
             self.items[key] = LockItem(owner, version, lease_duration)
             return self.items[key]
@@ -62,8 +78,8 @@ class MemoryCoordinatorState:
         self, key: str, expected_version: str, owner: str, lease_duration: float, version: str
     ) -> LockItem | None:
         def apply() -> LockItem | None:
-            stored = self.items.get(key)
-            if stored is None or stored.record_version != expected_version:
+            condition = rules.lock_replace(expected_version)
+            if not holds(condition, _attributes(key, self.items.get(key))):
                 return None
             self.items[key] = LockItem(owner, version, lease_duration)
             return self.items[key]
@@ -72,10 +88,8 @@ class MemoryCoordinatorState:
 
     async def release_lock(self, key: str, expected_version: str, owner: str, version: str) -> bool:
         def apply() -> bool:
-            stored = self.items.get(key)
-            if stored is None or stored.record_version != expected_version:
-                return False
-            if stored.owner != owner:
+            condition = rules.lock_release(expected_version, owner)
+            if not holds(condition, _attributes(key, self.items.get(key))):
                 return False
             del self.items[key]  # as DynamoCoordinatorState (and the KCL 3.x): delete on release
             return True

@@ -1,17 +1,19 @@
 """The in-memory lease table and the ``LeaseStore`` over it.
 
 Owns: ``MemoryLeaseTable`` (the shared table state and its call counters) and ``MemoryLeaseStore``
-(its reads and conditional writes). Each write's condition comes from ``_core.lease_rules`` and is
-evaluated here by ``holds``; only the update a write applies is written in this module.
-Must not: decide a write's condition, read any clock but the loop's, or keep worker-registry
-entries among the leases (the registry is the sibling ``MemoryWorkerMetrics`` table).
+(its reads and conditional writes). Each write (condition and update) comes from
+``_core.lease_rules``: its condition is evaluated here by ``holds`` and its update applied by
+``apply_update``, as DynamoDB would, so no write is written out here.
+Must not: decide a write's condition or what it changes, read any clock but the loop's, or keep
+worker-registry entries among the leases (the registry is the sibling ``MemoryWorkerMetrics``
+table).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -27,9 +29,10 @@ from kclasync._core.position import Checkpoint
 _T = TypeVar("_T")
 
 
-def holds(condition: rules.Condition, item: Mapping[rules.Attr, rules.Value] | None) -> bool:
-    """Whether a stored item (None: no item) meets a write condition, as DynamoDB judges it."""
-    found: Mapping[rules.Attr, rules.Value] = item or {}
+def holds(condition: rules.Condition, item: Mapping[Any, object] | None) -> bool:
+    """Whether a stored item (its attributes by rules attribute; None: no item) meets a write
+    condition, as DynamoDB judges it."""
+    found: Mapping[Any, object] = item or {}
     if isinstance(condition, rules.All):
         return all(holds(term, item) for term in condition.terms)
     if isinstance(condition, rules.Exists):
@@ -41,6 +44,29 @@ def holds(condition: rules.Condition, item: Mapping[rules.Attr, rules.Value] | N
 
 def _allows(condition: rules.Condition, stored: Lease | None) -> bool:
     return holds(condition, None if stored is None else rules.attributes(stored))
+
+
+def _removed(field: str) -> object:
+    """The value a ``Lease`` field has when its attribute is absent (its default)."""
+    default = attrs.fields_dict(Lease)[field].default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        raise ValueError(f"lease field {field} cannot be removed")
+    return default
+
+
+def apply_update(update: tuple[rules.Action, ...], stored: Lease) -> Lease:
+    """The lease once a write's update is applied, as DynamoDB applies it to the item: every
+    action reads the item as it was before the write."""
+    changes: dict[str, Any] = {}
+    for action in update:
+        field = action.attr.value
+        if isinstance(action, rules.Set):
+            changes[field] = action.value
+        elif isinstance(action, rules.Remove):
+            changes[field] = _removed(field)
+        else:
+            changes[field] = (getattr(stored, field) or 0) + action.amount
+    return attrs.evolve(stored, **changes)
 
 
 class MemoryLeaseTable:
@@ -166,84 +192,50 @@ class MemoryLeaseStore:
         def apply() -> bool:
             stored = self.table.leases.get(lease.key)
             if lease.key in self.table.corrupt:  # unreadable, but the item (and its key) exists
-                item: dict[rules.Attr, rules.Value] | None = {rules.Attr.KEY: lease.key}
+                item: dict[rules.Attr, rules.FieldValue] | None = {rules.Attr.KEY: lease.key}
             else:
                 item = None if stored is None else rules.attributes(stored)
-            if not holds(rules.create(), item):
+            if not holds(rules.create().condition, item):
                 return False
             self._store(lease)
             return True
 
         return await self._write("create_lease", apply)
 
-    async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
-        def apply() -> Lease | None:
-            stored = self._stored(lease.key)
-            if stored is None or not _allows(rules.renew(lease), stored):
-                return None
-            throughput = stored.throughput_kbps if throughput_kbps is None else throughput_kbps
-            return self._store(
-                attrs.evolve(stored, counter=stored.counter + 1, throughput_kbps=throughput)
-            )
+    def _apply(self, key: str, write: rules.Write) -> Lease | None:
+        """A conditional update of a stored lease: None when the item is missing or the
+        condition fails."""
+        stored = self._stored(key)
+        if stored is None or not _allows(write.condition, stored):
+            return None
+        return self._store(apply_update(write.update, stored))
 
-        return await self._write("renew_lease", apply)
+    async def renew_lease(self, lease: Lease, throughput_kbps: float | None = None) -> Lease | None:
+        write = rules.renew(lease, throughput_kbps)
+        return await self._write("renew_lease", lambda: self._apply(lease.key, write))
 
     async def take_lease(self, lease: Lease, owner: str) -> Lease | None:
-        def apply() -> Lease | None:
-            stored = self._stored(lease.key)
-            if stored is None or not _allows(rules.take(lease), stored):
-                return None
-            return self._store(
-                attrs.evolve(
-                    stored,
-                    counter=stored.counter + 1,
-                    owner=owner,
-                    owner_switches_since_checkpoint=stored.owner_switches_since_checkpoint + 1,
-                    checkpoint_owner=None,
-                )
-            )
-
-        return await self._write("take_lease", apply)
+        write = rules.take(lease, owner)
+        return await self._write("take_lease", lambda: self._apply(lease.key, write))
 
     async def release_lease(self, lease: Lease) -> Lease | None:
-        def apply() -> Lease | None:
-            stored = self._stored(lease.key)
-            if stored is None or not _allows(rules.release(lease), stored):
-                return None
-            return self._store(attrs.evolve(stored, owner=None, counter=stored.counter + 1))
-
-        return await self._write("release_lease", apply)
+        write = rules.release(lease)
+        return await self._write("release_lease", lambda: self._apply(lease.key, write))
 
     async def checkpoint(
         self, lease: Lease, checkpoint: Checkpoint, pending: Checkpoint | None = None
     ) -> Lease | None:
         """Fenced checkpoint write; ``lease_rules.checkpoint`` picks the fencing mode (see
         ``LeaseStore.checkpoint``). With ``pending`` set only the pending checkpoint is written."""
-        rule = rules.checkpoint(lease)
-
-        def apply() -> Lease | None:
-            stored = self._stored(lease.key)
-            if stored is None or not _allows(rule.condition, stored):
-                return None
-            counter = stored.counter + 1 if rule.increments_counter else stored.counter
-            if pending is not None:
-                updated = attrs.evolve(stored, counter=counter, pending_checkpoint=pending)
-            else:
-                updated = attrs.evolve(
-                    stored,
-                    counter=counter,
-                    checkpoint=checkpoint,
-                    pending_checkpoint=None,
-                    owner_switches_since_checkpoint=0,
-                )
-            return self._store(updated)
-
-        return await self._write("checkpoint", apply)
+        write = rules.checkpoint(lease, checkpoint, pending)
+        return await self._write("checkpoint", lambda: self._apply(lease.key, write))
 
     async def delete_lease(self, lease: Lease) -> bool:
+        condition = rules.delete(lease).condition
+
         def apply() -> bool:
             stored = self._stored(lease.key)
-            if stored is None or not _allows(rules.delete(lease), stored):
+            if stored is None or not _allows(condition, stored):
                 return False
             del self.table.leases[lease.key]
             return True
@@ -254,46 +246,20 @@ class MemoryLeaseStore:
         self, lease: Lease, child_shard_ids: frozenset[str]
     ) -> Lease | None:
         """Conditional on counter and owner (None: no owner); see ``lease_rules``."""
-        if not child_shard_ids:
-            raise ValueError("childShardIds must not be empty (DynamoDB has no empty sets)")
-
-        def apply() -> Lease | None:
-            stored = self._stored(lease.key)
-            if stored is None or not _allows(rules.update_child_shard_ids(lease), stored):
-                return None
-            return self._store(
-                attrs.evolve(
-                    stored, counter=stored.counter + 1, child_shard_ids=frozenset(child_shard_ids)
-                )
-            )
-
-        return await self._write("update_child_shard_ids", apply)
+        write = rules.update_child_shard_ids(lease, child_shard_ids)
+        return await self._write("update_child_shard_ids", lambda: self._apply(lease.key, write))
 
     # -- graceful handoff (KCL 3.x) ----------------------------------------------------------
 
     async def start_handoff(self, lease: Lease, new_owner: str) -> Lease | None:
         """Owner becomes ``new_owner`` and ``checkpoint_owner`` the old owner; counter unchanged."""
-
-        def apply() -> Lease | None:
-            stored = self._stored(lease.key)
-            if stored is None or not _allows(rules.start_handoff(lease), stored):
-                return None
-            return self._store(attrs.evolve(stored, owner=new_owner, checkpoint_owner=lease.owner))
-
-        return await self._write("start_handoff", apply)
+        write = rules.start_handoff(lease, new_owner)
+        return await self._write("start_handoff", lambda: self._apply(lease.key, write))
 
     async def finish_handoff(self, lease: Lease) -> Lease | None:
         """The new owner accepts: counter+1 and ``checkpoint_owner`` removed."""
-
-        def apply() -> Lease | None:
-            stored = self._stored(lease.key)
-            if stored is None or not _allows(rules.finish_handoff(lease), stored):
-                return None
-            return self._store(
-                attrs.evolve(stored, counter=stored.counter + 1, checkpoint_owner=None)
-            )
-
-        return await self._write("finish_handoff", apply)
+        write = rules.finish_handoff(lease)
+        return await self._write("finish_handoff", lambda: self._apply(lease.key, write))
 
     # -- test helpers (no faults, not counted as worker calls) ------------------------------
 
@@ -307,10 +273,13 @@ class MemoryLeaseStore:
         self.table.leases.pop(key, None)
         self.table.corrupt[key] = CorruptLeaseError(key, attribute, problem)
 
-    def set_sticky(self, key: str, value: int | str | None) -> None:
-        """Set (or with None remove) the externally managed ``Sticky`` attribute."""
+    def set_sticky(self, key: str, value: int | str | None, worker: str | None = None) -> None:
+        """Set (or with None remove) the externally managed ``Sticky`` attribute and its
+        ``stickyWorker``, as ``DynamoLeaseStore.set_sticky``. A string stands for a malformed
+        value (which only the in-memory table can hold)."""
+        write = rules.set_sticky(value, worker)
         stored = self.table.leases.get(key)
-        if stored is None or not _allows(rules.set_sticky(), stored):
+        if stored is None or not _allows(write.condition, stored):
             raise KeyError(f"no lease {key!r}")
         self.table.writes["set_sticky"] += 1
-        self.table.leases[key] = attrs.evolve(stored, sticky=value)
+        self.table.leases[key] = apply_update(write.update, stored)
