@@ -15,14 +15,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import attrs
 
 from kclasync._simulation import optimum
 
-if TYPE_CHECKING:
-    from kclasync._simulation.load_scenario import LoadScenario
+
+class LoadScenario(Protocol):
+    """What the yardstick reads of a finished ``load_scenario.LoadScenario`` (a protocol, so
+    the scenario can import the yardstick without an import circle)."""
+
+    @property
+    def sim(self) -> Any: ...
+    @property
+    def changes(self) -> list[tuple[str, float]]: ...
+    @property
+    def marks(self) -> list[tuple[dict[str, float], dict[str, str | None], int]]: ...
+    @property
+    def utils(self) -> list[tuple[float, dict[str, float]]]: ...
+    @property
+    def owner_changes(self) -> int: ...
+    @property
+    def capacity(self) -> Mapping[str, float]: ...
+
+    def _runs_between(self, start: float, end: float) -> int: ...
+
 
 __all__ = ["MOVES_FACTOR", "SETTLE_FACTOR", "ChangeVerdict", "judge"]
 
@@ -79,7 +97,7 @@ def _runs(scenario: LoadScenario, start: float, settled: float) -> int:
     if settings.taker in ("kcl3", "load"):
         return scenario._runs_between(start, settled)
     interval = settings.consumer_config("x").effective_assignment_interval
-    return math.ceil((settled - start) / interval - 1e-9)
+    return int(math.ceil((settled - start) / interval - 1e-9))
 
 
 def judge(scenario: LoadScenario, end: float, *, time_limit: float = 2.0) -> list[ChangeVerdict]:
