@@ -96,8 +96,8 @@ def _runs(scenario: LoadScenario, start: float, settled: float) -> int:
     settings = scenario.sim.settings
     if settings.taker in ("kcl3", "load"):
         return scenario._runs_between(start, settled)
-    interval = settings.consumer_config("x").effective_assignment_interval
-    return int(math.ceil((settled - start) / interval - 1e-9))
+    interval: float = settings.consumer_config("x").effective_assignment_interval
+    return math.ceil((settled - start) / interval - 1e-9)
 
 
 def judge(scenario: LoadScenario, end: float, *, time_limit: float = 2.0) -> list[ChangeVerdict]:
