@@ -174,7 +174,8 @@ class LeaderAssignment:
     async def run(self) -> None:
         while True:
             started = self._holder.now()
-            if self._elector.is_leader() and self._holder.taking.enabled:
+            taking = self._holder.taking
+            if self._elector.is_leader() and taking.enabled and taking.leader_assigns:
                 try:
                     await self.run_once()
                     self.streak.succeeded()
@@ -307,8 +308,9 @@ class AssignmentDiscovery:
         while True:
             started = self._holder.now()
             try:
-                await self.discover_once()
-                await self.refresh_liveness()
+                if self._holder.taking.leader_assigns:
+                    await self.discover_once()
+                    await self.refresh_liveness()
             except AdapterError as exc:
                 log.info("assignment discovery failed: %s", exc)
             delay = max(0.0, self.interval - (self._holder.now() - started))
