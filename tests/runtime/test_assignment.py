@@ -73,6 +73,7 @@ def coordinator(name: str, table: MemoryLeaseTable) -> LeaseCoordinator:
 
 
 def leader_of(c: LeaseCoordinator, policy: LeaseTakerKind, elector: Elector) -> LeaderAssignment:
+    c.taking.leader_assigns = True  # as the wiring sets it for a leader-based taker
     return LeaderAssignment(
         holder=c,
         elector=elector,  # type: ignore[arg-type]
