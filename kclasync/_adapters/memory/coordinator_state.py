@@ -14,7 +14,7 @@ from typing import TypeVar
 from kclasync._adapters.memory.faults import FaultPlan, with_faults
 from kclasync._adapters.memory.lease_table import holds
 from kclasync._core import lease_rules as rules
-from kclasync._core.client_version import MigrationState
+from kclasync._core.client_version import MIGRATION_KEY, MigrationState
 from kclasync._core.leader_lock import LockItem
 
 _T = TypeVar("_T")
@@ -39,15 +39,29 @@ class MemoryCoordinatorState:
     (operation names ``get_lock``, ``create_lock``, ``replace_lock``, ``release_lock``)."""
 
     def __init__(
-        self, items: dict[str, LockItem] | None = None, *, faults: FaultPlan | None = None
+        self,
+        items: dict[str, LockItem] | None = None,
+        *,
+        faults: FaultPlan | None = None,
+        migration: dict[str, MigrationState] | None = None,
     ) -> None:
         self.items: dict[str, LockItem] = items if items is not None else {}
+        #: The ``Migration3.0`` item as a Java KCL 3.x worker would have written it (key
+        #: ``MIGRATION_KEY``); empty: no Java 3.x worker ran. Shared like ``items``.
+        self.migration: dict[str, MigrationState] = migration if migration is not None else {}
         self.faults = faults
         self.calls: Counter[str] = Counter()
 
     def shared(self, *, faults: FaultPlan | None = None) -> MemoryCoordinatorState:
         """Another worker's view of the same items."""
-        return MemoryCoordinatorState(self.items, faults=faults)
+        return MemoryCoordinatorState(self.items, faults=faults, migration=self.migration)
+
+    def set_migration_state(self, state: MigrationState | None) -> None:
+        """Stand in for a Java KCL 3.x worker's migration state machine (None: no item)."""
+        if state is None:
+            self.migration.pop(MIGRATION_KEY, None)
+        else:
+            self.migration[MIGRATION_KEY] = state
 
     async def _call(self, op: str, apply: Callable[[], _T]) -> _T:
         self.calls[op] += 1
@@ -57,8 +71,8 @@ class MemoryCoordinatorState:
         await self._call("ensure_table", lambda: None)
 
     async def get_migration_state(self) -> MigrationState | None:
-        """No Java KCL writes an in-memory table: there is never a ``Migration3.0`` item."""
-        return await self._call("get_migration_state", lambda: None)
+        """The item ``set_migration_state`` put there (none unless a test did)."""
+        return await self._call("get_migration_state", lambda: self.migration.get(MIGRATION_KEY))
 
     async def get_lock(self, key: str) -> LockItem | None:
         return await self._call("get_lock", lambda: self.items.get(key))
