@@ -105,10 +105,20 @@ def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str,
     return max(hottest * cheapest, max(pinned.values(), default=0.0))
 
 
-def _outside(model: LoadModel, band_percent: float, floor: float = 0.0, peak: float = 0.0) -> bool:
+def _outside(
+    model: LoadModel,
+    band_percent: float,
+    floor: float = 0.0,
+    peak: float = 0.0,
+    *,
+    spare_leases: bool = True,
+) -> bool:
     """Whether the fleet is out of balance: a worker above the fleet's level + band (or, when
     an unmovable peak is higher, above that peak + band), or above its operating range, or a
-    worker with nothing assigned while the fleet has load (a newcomer). A measured load must
+    worker with nothing assigned while the fleet has load (a newcomer) and more leases with
+    load than workers (``spare_leases``: with as many workers as leases, or more, some worker
+    holds nothing whatever the plan, and moving leases to fill one empties another, back and
+    forth from one plan to the next). A measured load must
     also be ``floor`` points above the level (noise). A worker below the level is no reason to
     move by itself: the highest load is what the fleet is sized for, and levelling the others
     below it moves leases for nothing."""
@@ -120,7 +130,7 @@ def _outside(model: LoadModel, band_percent: float, floor: float = 0.0, peak: fl
         high = max(top, level + floor) if wid in model.measured else top
         if load > high or load > model.limit[wid]:
             return True
-        if level > 0 and model.assigned_kbps[wid] <= 0:
+        if level > 0 and spare_leases and model.assigned_kbps[wid] <= 0:
             return True
     return False
 
@@ -135,7 +145,11 @@ def _rebalance(
     if len(model.workers) < 2 or model.mean() <= 0:
         return []
     peak = peak_floor(model, snapshot, throughputs)
-    if not _outside(model, settings.trigger_percent, settings.noise_floor_percent, peak):
+    loaded = sum(1 for lease in snapshot.leases if not lease.expired and throughputs[lease.key] > 0)
+    spare = loaded > len(model.workers)
+    if not _outside(
+        model, settings.trigger_percent, settings.noise_floor_percent, peak, spare_leases=spare
+    ):
         return []
     movable: dict[str, _Holdings] = {wid: _Holdings() for wid in model.workers}
     for lease in snapshot.leases:
@@ -159,7 +173,13 @@ def _rebalance(
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
-        if not _outside(model, settings.target_percent, settings.noise_floor_percent / 2, peak):
+        if not _outside(
+            model,
+            settings.target_percent,
+            settings.noise_floor_percent / 2,
+            peak,
+            spare_leases=spare,
+        ):
             break
         step = _best_move(model, movable, settings) or _best_swap(model, movable, settings)
         if step is None:
