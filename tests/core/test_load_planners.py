@@ -201,7 +201,13 @@ def test_as_many_workers_as_leases_does_not_make_leases_go_back() -> None:
     worker is no reason to move (filling it emptied another, and the next plan moved the lease
     back: found by the property test above)."""
     capacity = {"w0": 500.0, "w1": 500.0, "w2": 601.0, "w3": 1580.0, "w4": 1459.0}
-    rates = {"s000": 30.0, "s001": 30.0, "s002": 168.0, "s003": 52.9, "s004": 79.5}
+    rates = {
+        "s000": 30.0,
+        "s001": 30.0,
+        "s002": 168.0,
+        "s003": 52.896199797868945,
+        "s004": 79.48213916915716,
+    }
     owner = {"s000": "w0", "s001": "w1", "s002": "w0", "s003": "w0", "s004": "w0"}
     _run_static(capacity, rates, dict(owner), cpu=False, known_capacity=True)
     _run_static(capacity, rates, dict(owner), cpu=False, known_capacity=False)
