@@ -58,12 +58,16 @@ async def test_a_busy_loop_makes_renewals_late_and_the_worker_says_so() -> None:
     handler.emit = records.append  # type: ignore[method-assign]
     logger = logging.getLogger("kclasync.leases")
     logger.addHandler(handler)
+    # Another test in this process may have left the root logger at ERROR (the demo's CLI).
+    level = logger.level
+    logger.setLevel(logging.WARNING)
     try:
         quiet, held_quiet, _ = await _run(None)
         warned_quiet = [r for r in records if "sends lease renewals late" in r.getMessage()]
         busy, held_busy, lost = await _run(1.5)
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
     warned = [r for r in records if "sends lease renewals late" in r.getMessage()]
     assert quiet < 0.01 and not warned_quiet
     assert busy >= 1.0  # up to the hog's 1.5 s
