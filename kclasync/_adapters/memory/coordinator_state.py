@@ -23,18 +23,26 @@ class MemoryCoordinatorState:
     (operation names ``get_lock``, ``create_lock``, ``replace_lock``, ``release_lock``)."""
 
     def __init__(
-        self, items: dict[str, LockItem] | None = None, *, faults: FaultPlan | None = None
+        self,
+        items: dict[str, LockItem] | None = None,
+        *,
+        faults: FaultPlan | None = None,
+        totals: Counter[str] | None = None,
     ) -> None:
         self.items: dict[str, LockItem] = items if items is not None else {}
         self.faults = faults
+        #: Calls made through this view, by operation.
         self.calls: Counter[str] = Counter()
+        #: Calls through every view of the same items, by operation (the fleet's use).
+        self.totals: Counter[str] = totals if totals is not None else Counter()
 
     def shared(self, *, faults: FaultPlan | None = None) -> MemoryCoordinatorState:
         """Another worker's view of the same items."""
-        return MemoryCoordinatorState(self.items, faults=faults)
+        return MemoryCoordinatorState(self.items, faults=faults, totals=self.totals)
 
     async def _call(self, op: str, apply: Callable[[], _T]) -> _T:
         self.calls[op] += 1
+        self.totals[op] += 1
         return await with_faults(self.faults, op, apply)
 
     async def ensure_table(self) -> None:

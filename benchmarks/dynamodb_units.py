@@ -1,0 +1,118 @@
+"""DynamoDB request units and on-demand prices for the calls a fleet makes (``dynamodb_cost``).
+
+Owns: the size of an item as DynamoDB counts it, the request units each operation of the lease
+table, its owner index, the coordinator-state table and the worker registry costs (with the
+consistency the real adapters send), and the list prices used. Must not: run a fleet.
+
+What the adapters send (``kclasync/_adapters/dynamodb.py``, ``worker_metrics_table.py``,
+``coordinator_state.py``):
+
+* lease table: ``Scan`` with ``ConsistentRead=True`` (``list_leases``; ``is_empty`` with
+  ``Limit=1``), ``GetItem`` with ``ConsistentRead=True`` (``get_lease``), ``Query`` on the
+  ``LeaseOwnerToLeaseKeyIndex`` GSI (``lease_keys_of``; a GSI read is always eventually
+  consistent: half a unit per 4 KB), ``UpdateItem`` / ``PutItem`` / ``DeleteItem`` for writes.
+  The GSI is ``KEYS_ONLY`` (``leaseOwner`` hash, ``leaseKey`` range), so a write touches it only
+  when ``leaseOwner`` changes: one index write when an owner appears or disappears, two (delete
+  and put) when it changes from one worker to another.
+* worker registry (``<app>-WorkerMetricStats``): ``UpdateItem`` per report, ``Scan`` with
+  ``ConsistentRead=True`` per ``list_workers``, ``DeleteItem`` per removal.
+* coordinator state: ``GetItem`` with ``ConsistentRead=True`` for the lock and the migration
+  item, ``PutItem`` (create, replace, release) for the lock.
+
+A write costs one unit per started KB of the larger of the item before and after; a refused
+conditional write costs as one. A read costs per started 4 KB: a ``GetItem`` of its item, a
+``Scan`` or ``Query`` of the items of one response page (up to 1 MB) summed.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any
+
+#: DynamoDB on-demand list prices, us-east-1, standard table class (the prices AWS lists since
+#: its November 2024 reduction), US dollars per million request units.
+PRICE_REGION = "us-east-1"
+PRICE_PER_MILLION_WRITE_UNITS = 0.625
+PRICE_PER_MILLION_READ_UNITS = 0.125
+HOURS_PER_MONTH = 730.0
+
+PAGE_BYTES = 1024 * 1024
+READ_UNIT_BYTES = 4096
+WRITE_UNIT_BYTES = 1024
+
+
+def _number_size(text: str) -> int:
+    digits = text.lstrip("-").replace(".", "").lstrip("0") or "0"
+    digits = digits.split("e")[0].split("E")[0]
+    return (len(digits) + 1) // 2 + 1
+
+
+def value_size(value: dict[str, Any]) -> int:
+    """Bytes DynamoDB counts for one attribute value in the low-level JSON form."""
+    ((dtype, inner),) = value.items()
+    if dtype == "S":
+        return len(str(inner).encode())
+    if dtype == "N":
+        return _number_size(str(inner))
+    if dtype == "B":
+        return len(inner)
+    if dtype in ("BOOL", "NULL"):
+        return 1
+    if dtype == "SS":
+        return sum(len(s.encode()) for s in inner)
+    if dtype == "NS":
+        return sum(_number_size(n) for n in inner)
+    if dtype == "L":
+        return 3 + sum(1 + value_size(v) for v in inner)
+    if dtype == "M":
+        return 3 + sum(1 + len(k.encode()) + value_size(v) for k, v in inner.items())
+    raise ValueError(f"unknown DynamoDB type {dtype!r}")
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """Bytes of an item: attribute names plus values."""
+    return sum(len(name.encode()) + value_size(v) for name, v in item.items())
+
+
+def write_units(size: float) -> int:
+    return max(1, math.ceil(size / WRITE_UNIT_BYTES))
+
+
+def read_units(items: float, item_bytes: float, *, consistent: bool) -> float:
+    """Units of one ``Scan``/``Query`` returning ``items`` items of ``item_bytes`` on average
+    (or one ``GetItem`` with ``items=1``), paged by 1 MB."""
+    total = max(items * item_bytes, 1.0)
+    pages = max(1, math.ceil(total / PAGE_BYTES))
+    units = 0
+    left = total
+    for _ in range(pages):
+        units += math.ceil(min(left, PAGE_BYTES) / READ_UNIT_BYTES)
+        left -= PAGE_BYTES
+    return float(units) if consistent else units / 2.0
+
+
+def dollars(write_units_: float, read_units_: float) -> float:
+    return float(
+        Decimal(str(write_units_)) * Decimal(str(PRICE_PER_MILLION_WRITE_UNITS)) / 10**6
+        + Decimal(str(read_units_)) * Decimal(str(PRICE_PER_MILLION_READ_UNITS)) / 10**6
+    )
+
+
+#: Index items of ``LeaseOwnerToLeaseKeyIndex`` (KEYS_ONLY): the two key attributes; the
+#: lengths used for ``leaseKey`` and ``leaseOwner`` values are the simulation's.
+def index_item_size(lease_key: str, owner: str) -> int:
+    return len("leaseKey") + len(lease_key) + len("leaseOwner") + len(owner)
+
+
+__all__ = [
+    "HOURS_PER_MONTH",
+    "PRICE_PER_MILLION_READ_UNITS",
+    "PRICE_PER_MILLION_WRITE_UNITS",
+    "PRICE_REGION",
+    "dollars",
+    "index_item_size",
+    "item_size",
+    "read_units",
+    "write_units",
+]
