@@ -9,9 +9,9 @@ Each point is one fleet (workers x shards) with one taker (``kcl2``, ``balanced`
 in-memory lease table, coordinator-state items and worker registry, whose adapters count every
 call): the workers join over the first failover period, a producer writes 2 records per shard
 per minute, and after ``--warmup`` virtual seconds (the initial assignment) the counts are taken
-over ``--window`` seconds, during which one worker (the middle one of the live workers) is
-crashed at ``--crash-at`` and replaced 0.5-2 failover times later, as the simulation's crash
-fault does. No other fault is injected.
+over ``--window`` seconds, during which one worker (the middle one of the live workers that
+hold a lease) is crashed at ``--crash-at`` and replaced 0.5-2 failover times later, as the
+simulation's crash fault does. No other fault is injected.
 
 From the counts: calls, items and request units by table and operation (``dynamodb_units``:
 consistency as the adapters send it, item sizes from the real codecs, the owner index's writes
@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from dynamodb_units import (  # noqa: E402
+from dynamodb_units import (
     HOURS_PER_MONTH,
     dollars,
     index_item_size,
@@ -46,16 +46,16 @@ from dynamodb_units import (  # noqa: E402
     write_units,
 )
 
-from kclasync._adapters.lease_codec import lease_to_item  # noqa: E402
-from kclasync._core.lease import Lease  # noqa: E402
-from kclasync._core.position import Checkpoint  # noqa: E402
-from kclasync._core.shard import HashRange  # noqa: E402
-from kclasync._core.worker_metrics import WorkerMetrics  # noqa: E402
-from kclasync._core.worker_metrics_item import encode_item  # noqa: E402
-from kclasync._simulation.clock import WallTimeExceeded, run_virtual  # noqa: E402
-from kclasync._simulation.harness import Simulation  # noqa: E402
-from kclasync._simulation.settings import SimulationSettings  # noqa: E402
-from kclasync._simulation.worker import now  # noqa: E402
+from kclasync._adapters.lease_codec import lease_to_item
+from kclasync._core.lease import Lease
+from kclasync._core.position import Checkpoint
+from kclasync._core.shard import HashRange
+from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._core.worker_metrics_item import encode_item
+from kclasync._simulation.clock import WallTimeExceeded, run_virtual
+from kclasync._simulation.harness import Simulation
+from kclasync._simulation.settings import SimulationSettings
+from kclasync._simulation.worker import now
 
 TAKERS = ("kcl2", "balanced", "kcl3", "load")
 
@@ -167,7 +167,10 @@ async def drive(sim: Simulation, args: argparse.Namespace, state: dict[str, Any]
     await asyncio.sleep(args.warmup)
     state["before"] = snapshot(sim, observer)
     await asyncio.sleep(args.crash_at)
-    live = sim.fleet.live_workers()
+    # The middle one of the live workers that hold a lease (a leader-based plan can leave a
+    # worker with none; crashing it would measure no failover).
+    live = [w for w in sim.fleet.live_workers() if sim.fleet.owned_by(w.name)]
+    live = live or sim.fleet.live_workers()
     victim = live[len(live) // 2]
     state["crashed"] = victim.name
     sim.fleet.crash(victim)
