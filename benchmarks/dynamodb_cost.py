@@ -42,6 +42,7 @@ from dynamodb_units import (
     dollars,
     index_item_size,
     item_size,
+    projected_month,
     read_units,
     write_units,
 )
@@ -367,22 +368,35 @@ def plot(points: list[dict[str, Any]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for taker in dict.fromkeys(p["taker"] for p in points):
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    colors = plt.get_cmap("tab10")
+    for i, taker in enumerate(dict.fromkeys(p["taker"] for p in points)):
         mine = sorted(
             (p for p in points if p["taker"] == taker and p["finished"]),
             key=lambda p: p["workers"],
         )
-        if not mine:
-            continue
-        xs = [p["workers"] for p in mine]
-        ax.plot(xs, [p["fleet_month_dollars"] for p in mine], marker="o", label=f"{taker} total")
+        if mine:
+            ax.plot(
+                [p["workers"] for p in mine],
+                [p["fleet_month_dollars"] for p in mine],
+                marker="o",
+                color=colors(i),
+                label=f"{taker} (simulated)",
+            )
+    sizes = [10, 20, 30, 50, 100, 200, 300, 500, 1000]
+    projections = (
+        ("early", "kcl2/balanced", "black"),
+        ("noef", "kcl2/balanced -noef", "peru"),
+        ("leader", "kcl3/load", "green"),
+    )
+    for family, name, color in projections:
         ax.plot(
-            xs,
-            [p["fleet_month_read_dollars"] for p in mine],
-            linestyle=":",
-            marker=".",
-            label=f"{taker} reads",
+            sizes,
+            [projected_month(family, w, 10 * w) for w in sizes],
+            linestyle="--",
+            linewidth=0.9,
+            color=color,
+            label=f"{name} (projected from the rates)",
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
