@@ -5,7 +5,7 @@
         [--json out.json] [--plot docs/dynamodb_cost.png]
 
 Each point is one fleet (workers x shards) with one taker (``kcl2``, ``balanced``, ``kcl3``,
-``load``), run in virtual time by ``kclasync._simulation`` (the real runtime and core over the
+``load``; ``kcl2-noef`` and ``balanced-noef``: with ``early_failover=False``), run in virtual time by ``kclasync._simulation`` (the real runtime and core over the
 in-memory lease table, coordinator-state items and worker registry, whose adapters count every
 call): the workers join over the first failover period, a producer writes 2 records per shard
 per minute, and after ``--warmup`` virtual seconds (the initial assignment) the counts are taken
