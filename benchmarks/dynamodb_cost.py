@@ -5,13 +5,14 @@
         [--json out.json] [--plot docs/dynamodb_cost.png]
 
 Each point is one fleet (workers x shards) with one taker (``kcl2``, ``balanced``, ``kcl3``,
-``load``; ``kcl2-noef`` and ``balanced-noef``: with ``early_failover=False``), run in virtual
-time by ``kclasync._simulation`` (the real runtime and core over the in-memory lease table,
-coordinator-state items and worker registry, whose adapters count every call): the workers join over the first failover period, a producer writes 2 records per shard
-per minute, and after ``--warmup`` virtual seconds (the initial assignment) the counts are taken
-over ``--window`` seconds, during which one worker (the middle one of the live workers that
-hold a lease) is crashed at ``--crash-at`` and replaced 0.5-2 failover times later, as the
-simulation's crash fault does. No other fault is injected.
+``load``; ``kcl2-noef`` and ``balanced-noef``: with ``early_failover=False``), run in virtual time
+by ``kclasync._simulation`` (the real runtime and core over the in-memory lease table,
+coordinator-state items and worker registry, whose adapters count every call): the workers join
+over the first failover period, a producer writes 2 records per shard per minute, and after
+``--warmup`` virtual seconds (the initial assignment) the counts are taken over ``--window``
+seconds, during which one worker (the middle one of the live workers that hold a lease) is crashed
+at ``--crash-at`` and replaced 0.5-2 failover times later, as the simulation's crash fault does. No
+other fault is injected.
 
 From the counts: calls, items and request units by table and operation (``dynamodb_units``:
 consistency as the adapters send it, item sizes from the real codecs, the owner index's writes
