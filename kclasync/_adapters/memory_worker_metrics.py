@@ -15,21 +15,31 @@ from kclasync._core import worker_metrics_item as wi
 
 
 class MemoryWorkerMetrics:
-    def __init__(self, items: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self, items: dict[str, dict[str, Any]] | None = None, totals: Counter[str] | None = None
+    ) -> None:
         #: worker id -> item, as DynamoDB would hold it.
         self.items: dict[str, dict[str, Any]] = items if items is not None else {}
+        #: Calls made through this view, by operation.
         self.calls: Counter[str] = Counter()
+        #: Calls through every view of the same table, by operation, and ``items_read`` (the
+        #: entries ``list_workers`` returned): the whole fleet's use of the table.
+        self.totals: Counter[str] = totals if totals is not None else Counter()
         self.corrupt_seen = 0
 
     def shared(self) -> MemoryWorkerMetrics:
         """Another worker's view of the same table."""
-        return MemoryWorkerMetrics(self.items)
+        return MemoryWorkerMetrics(self.items, self.totals)
+
+    def _count(self, op: str) -> None:
+        self.calls[op] += 1
+        self.totals[op] += 1
 
     async def ensure_table(self) -> None:
-        self.calls["ensure_table"] += 1
+        self._count("ensure_table")
 
     async def report(self, metrics: wm.WorkerMetrics) -> None:
-        self.calls["report"] += 1
+        self._count("report")
         item = wi.encode_item(metrics)
         kept = dict(self.items.get(metrics.worker_id, {}))
         # As the DynamoDB update: REMOVE cap and the heartbeat when the entry has none.
@@ -38,13 +48,14 @@ class MemoryWorkerMetrics:
         self.items[metrics.worker_id] = {**kept, **item}
 
     async def list_workers(self) -> wi.DecodedEntries:
-        self.calls["list_workers"] += 1
+        self._count("list_workers")
+        self.totals["items_read"] += len(self.items)
         decoded = wi.decode_items(list(self.items.values()))
         self.corrupt_seen += len(decoded.corrupt)
         return decoded
 
     async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
-        self.calls["remove"] += 1
+        self._count("remove")
         if heartbeat is not None:
             item = self.items.get(worker_id)
             if item is None or item.get(wi.HEARTBEAT) != {"N": str(heartbeat)}:

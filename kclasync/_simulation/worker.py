@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -94,8 +95,10 @@ class SimWorker:
 class SimWorkerRegistry(MemoryWorkerMetrics):
     """A worker's view of the shared worker registry, gated by its pause."""
 
-    def __init__(self, items: dict[str, dict[str, Any]], worker: SimWorker) -> None:
-        super().__init__(items)
+    def __init__(
+        self, items: dict[str, dict[str, Any]], worker: SimWorker, totals: Counter[str]
+    ) -> None:
+        super().__init__(items, totals)
         self.worker = worker
 
     async def report(self, metrics: WorkerMetrics) -> None:
@@ -134,7 +137,8 @@ class SimLeaseStore(MemoryLeaseStore):
 
     def worker_registry(self) -> MemoryWorkerMetrics:
         """The shared registry, gated by the pause too: a paused worker writes nothing."""
-        return SimWorkerRegistry(self.table.worker_metrics.items, self.worker)
+        shared = self.table.worker_metrics
+        return SimWorkerRegistry(shared.items, self.worker, shared.totals)
 
     def _store(self, lease: Lease) -> Lease:
         old = self.table.leases.get(lease.key)

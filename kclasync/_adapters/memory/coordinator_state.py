@@ -44,17 +44,23 @@ class MemoryCoordinatorState:
         *,
         faults: FaultPlan | None = None,
         migration: dict[str, MigrationState] | None = None,
+        totals: Counter[str] | None = None,
     ) -> None:
         self.items: dict[str, LockItem] = items if items is not None else {}
         #: The ``Migration3.0`` item as a Java KCL 3.x worker would have written it (key
         #: ``MIGRATION_KEY``); empty: no Java 3.x worker ran. Shared like ``items``.
         self.migration: dict[str, MigrationState] = migration if migration is not None else {}
         self.faults = faults
+        #: Calls made through this view, by operation.
         self.calls: Counter[str] = Counter()
+        #: Calls through every view of the same items, by operation (the fleet's use).
+        self.totals: Counter[str] = totals if totals is not None else Counter()
 
     def shared(self, *, faults: FaultPlan | None = None) -> MemoryCoordinatorState:
         """Another worker's view of the same items."""
-        return MemoryCoordinatorState(self.items, faults=faults, migration=self.migration)
+        return MemoryCoordinatorState(
+            self.items, faults=faults, migration=self.migration, totals=self.totals
+        )
 
     def set_migration_state(self, state: MigrationState | None) -> None:
         """Stand in for a Java KCL 3.x worker's migration state machine (None: no item)."""
@@ -65,6 +71,7 @@ class MemoryCoordinatorState:
 
     async def _call(self, op: str, apply: Callable[[], _T]) -> _T:
         self.calls[op] += 1
+        self.totals[op] += 1
         return await with_faults(self.faults, op, apply)
 
     async def ensure_table(self) -> None:

@@ -87,6 +87,9 @@ class MemoryLeaseTable:
         self.condition_failures: Counter[str] = Counter()
         #: Items returned by full scans (a scan costs capacity per item).
         self.items_scanned = 0
+        #: Items returned, by read operation (``list_leases``: the table; ``lease_keys_of``: the
+        #: owner index), for capacity estimates.
+        self.items_read: Counter[str] = Counter()
         #: The application's ``<app>-WorkerMetricStats`` table, beside this one (not in it).
         self.worker_metrics = MemoryWorkerMetrics()
 
@@ -170,6 +173,7 @@ class MemoryLeaseStore:
             leases = tuple(self.table.leases[k] for k in sorted(self.table.leases))
             corrupt = tuple(self.table.corrupt[k] for k in sorted(self.table.corrupt))
             self.table.items_scanned += len(leases) + len(corrupt)
+            self.table.items_read["list_leases"] += len(leases) + len(corrupt)
             return LeaseScan(leases, corrupt)
 
         return await self._read("list_leases", apply)
@@ -179,6 +183,7 @@ class MemoryLeaseStore:
             leases = self.table.leases
             keys = tuple(k for k in sorted(leases) if leases[k].owner == owner)
             self.table.items_scanned += len(keys)
+            self.table.items_read["lease_keys_of"] += len(keys)
             return keys
 
         return await self._read("lease_keys_of", apply)
