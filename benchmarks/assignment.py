@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kclasync._core.kcl3_decider import is_balancing_run, plan_kcl3
-from kclasync._core.load_assignment import (
+from kclasync._core.assignment.kcl3_decider import is_balancing_run, plan_kcl3
+from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
     LeaseLoad,
     Move,
@@ -40,7 +40,7 @@ from kclasync._core.load_assignment import (
     WorkerLoad,
     estimate_capacity,
 )
-from kclasync._core.load_balancer import plan_load_aware
+from kclasync._core.assignment.load_balancer import plan_load_aware
 
 INTERVAL_SECONDS = 20.0
 RENEWALS_PER_INTERVAL = 6  # renewer period failover/3 (3.3 s) in a 20 s interval

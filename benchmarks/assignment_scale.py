@@ -16,8 +16,8 @@ import argparse
 import random
 import time
 
-from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
-from kclasync._core.load_balancer import plan_load_aware
+from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
+from kclasync._core.assignment.load_balancer import plan_load_aware
 
 CAPACITIES = (1000.0, 1400.0, 2000.0, 3000.0, 4000.0)
 

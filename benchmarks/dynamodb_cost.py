@@ -49,11 +49,11 @@ from dynamodb_units import (
 )
 
 from kclasync._adapters.lease_codec import lease_to_item
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
-from kclasync._core.shard import HashRange
-from kclasync._core.worker_metrics import WorkerMetrics
-from kclasync._core.worker_metrics_item import encode_item
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
+from kclasync._core.lineage.shard import HashRange
+from kclasync._core.workers.worker_metrics import WorkerMetrics
+from kclasync._core.workers.worker_metrics_item import encode_item
 from kclasync._simulation.clock import WallTimeExceeded, run_virtual
 from kclasync._simulation.harness import Simulation
 from kclasync._simulation.settings import SimulationSettings

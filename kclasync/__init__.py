@@ -8,7 +8,7 @@ from kclasync._adapters.backends import AWSBackend, Backend
 from kclasync._batches import BatchIterator, ShardBatch
 from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
 from kclasync._consumer import Consumer
-from kclasync._core.position import Checkpoint, InitialPosition
+from kclasync._core.leases.position import Checkpoint, InitialPosition
 from kclasync._processor import Checkpointer, RecordProcessor, ShardInfo
 from kclasync._records import Record
 from kclasync.errors import (

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Protocol
 
-from kclasync._core.held_lease import HeldLease
+from kclasync._core.leases.held_lease import HeldLease
 from kclasync._processor import Checkpointer, RecordProcessor, ShardInfo
 from kclasync._records import Record
 from kclasync._runtime.held import HeldLeases

@@ -3,7 +3,7 @@
 Owns: ``ConsumerConfig``'s fields, and the values derived from them that the runtime reads
 (the periods, the planners' settings), each computed by the core.
 Must not: check fields (one alone: ``kclasync._config_fields``; several together:
-``kclasync._config_checks``) or decide a period itself (``kclasync._core.periods``).
+``kclasync._config_checks``) or decide a period itself (``kclasync._core.leases.periods``).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from kclasync._config_fields import (
     _taker_kind,
     _whole,
 )
-from kclasync._core import periods
-from kclasync._core.kcl3_decider import Kcl3Settings
-from kclasync._core.load_balancer import BalancerSettings
-from kclasync._core.position import InitialPosition
-from kclasync._core.read_pacing import idle_ceiling
+from kclasync._core.assignment.kcl3_decider import Kcl3Settings
+from kclasync._core.assignment.load_balancer import BalancerSettings
+from kclasync._core.leases import periods
+from kclasync._core.leases.position import InitialPosition
+from kclasync._core.records.read_pacing import idle_ceiling
 
 #: The enums are defined with the field checks; users and the runtime import them from here.
 __all__ = ["ConsumerConfig", "LeaseTakerKind", "ProcessorErrorPolicy", "RetrievalMode"]
@@ -251,7 +251,7 @@ class ConsumerConfig:
         default=None, validator=_optional_positive, metadata=_meta("s")
     )
     #: Delete a lease at SHARD_END once every child lease exists and has started (see
-    #: ``kclasync._core.lease_cleanup``). Off: finished leases stay in the table.
+    #: ``kclasync._core.leases.lease_cleanup``). Off: finished leases stay in the table.
     cleanup_leases_upon_shard_completion: bool = attrs.field(
         default=True, validator=_flag, metadata=_meta("", kcl="cleanupLeasesUponShardCompletion")
     )

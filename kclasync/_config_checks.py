@@ -4,14 +4,14 @@ as the lock it keeps), each refused with a ``ConfigError`` that names the field 
 
 Owns: those cross-field rules, checked once when a configuration is made.
 Must not: hold settings or defaults (``kclasync._config``), check one field alone (the field's
-validator in ``kclasync._config_fields`` does), or derive periods (``kclasync._core.periods``).
+validator in ``kclasync._config_fields`` does), or derive periods (``_core.leases.periods``).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from kclasync._core.periods import ENTRY_RESOLUTION
+from kclasync._core.leases.periods import ENTRY_RESOLUTION
 from kclasync.errors import ConfigError
 
 #: The most records one GetRecords call may ask for.

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from kclasync._core.position import InitialPosition
+from kclasync._core.leases.position import InitialPosition
 from kclasync.errors import ConfigError
 
 

@@ -29,8 +29,8 @@ from kclasync._adapters.aws import ClientOptions
 from kclasync._adapters.backends import AWSBackend, Backend
 from kclasync._batches import BatchFeed, BatchIterator
 from kclasync._config import ConsumerConfig, LeaseTakerKind
-from kclasync._core.balanced_taker import BalancedLeaseTaker
-from kclasync._core.lease_taker import Kcl2LeaseTaker, LeaseTaker
+from kclasync._core.assignment.balanced_taker import BalancedLeaseTaker
+from kclasync._core.assignment.lease_taker import Kcl2LeaseTaker, LeaseTaker
 from kclasync._processor import ProcessorFactory, processor_factory
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.lease_coordinator import LeaseCoordinator

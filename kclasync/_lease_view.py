@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from kclasync._adapters.aws import ClientOptions
 from kclasync._adapters.protocols import LeaseScan
-from kclasync._core.lease import Lease
+from kclasync._core.leases.lease import Lease
 
 
 def _short(text: str | None, width: int) -> str:

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.position import Checkpoint
 from kclasync._records import Record
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kclasync._adapters.aws import ClientOptions
-from kclasync._core.lease import Lease
-from kclasync._core.worker_metrics import CPU, WorkerMetrics
+from kclasync._core.leases.lease import Lease
+from kclasync._core.workers.worker_metrics import CPU, WorkerMetrics
 
 
 def _metric(entry: WorkerMetrics | None, name: str) -> str:

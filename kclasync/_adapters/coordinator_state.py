@@ -28,9 +28,13 @@ from botocore.exceptions import ClientError
 
 from kclasync._adapters.dynamo_conditions import Schema, compile_write
 from kclasync._adapters.dynamo_table import DynamoTable, error_code, mapped_errors
-from kclasync._core import lease_rules as rules
-from kclasync._core.client_version import MIGRATION_KEY, MigrationState, decode_migration_item
-from kclasync._core.leader_lock import LockItem, is_released_marker
+from kclasync._core.leases import lease_rules as rules
+from kclasync._core.leases.client_version import (
+    MIGRATION_KEY,
+    MigrationState,
+    decode_migration_item,
+)
+from kclasync._core.leases.leader_lock import LockItem, is_released_marker
 
 KEY = "key"
 OWNER = "ownerName"

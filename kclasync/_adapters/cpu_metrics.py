@@ -2,7 +2,7 @@
 
 Owns: reading the files or the ECS task-metadata endpoint and remembering the previous sample;
 ``detect_cpu_reader`` picks the source that applies to this process. All parsing and arithmetic
-is in ``kclasync._core.cpu_usage``. Each ``sample()`` returns utilisation in percent (0-100);
+is in ``_core.assignment.cpu_usage``. Each ``sample()`` returns utilisation in percent (0-100);
 the first call returns 0. Time comes from the ``clock`` passed in (the runtime passes
 ``loop.time``); /proc/stat and ECS need no clock (counter deltas only).
 
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from kclasync._core.cpu_usage import (
+from kclasync._core.assignment.cpu_usage import (
     CpuSample,
     CpuStatsError,
     cgroup_v1_sample,

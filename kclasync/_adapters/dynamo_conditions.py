@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from kclasync._adapters import lease_codec as c
-from kclasync._core import lease_rules as rules
+from kclasync._core.leases import lease_rules as rules
 
 Typed = dict[str, Any]
 

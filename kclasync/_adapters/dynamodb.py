@@ -18,9 +18,9 @@ from kclasync._adapters import lease_codec as c
 from kclasync._adapters.dynamo_conditions import compile_lease_write
 from kclasync._adapters.dynamo_table import DynamoTable, error_code, mapped_errors
 from kclasync._adapters.protocols import LeaseScan
-from kclasync._core import lease_rules as rules
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases import lease_rules as rules
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.leases.position import Checkpoint
 
 
 class DynamoLeaseStore(DynamoTable):

@@ -4,7 +4,7 @@ Owns: registering a stream consumer or reusing the one that exists and waiting (
 event loop's clock) until it is ACTIVE; deregistering it; counting the calls; and handing out
 one ``Subscription`` per SubscribeToShard call (read in ``fanout_subscription``; failures mapped
 in ``fanout_errors``, whose errors and ``SubscriptionEvent`` are re-exported here).
-Must not: retry, back off or decide where to resubscribe from (``kclasync._core.fanout_session``
+Must not: retry, back off or decide where to resubscribe from (``_core.records.fanout_session``
 decides; the runtime acts), or read any clock but the event loop's.
 """
 

@@ -4,7 +4,7 @@ Owns: the errors only fan-out raises (a subscription still in use, a dropped eve
 stream consumer that is gone or not ACTIVE in time), all subclasses of the adapter errors so
 that code written for polling handles them too, and the mapping of a Kinesis error code, an
 unreadable event stream or a broken connection onto kclasync's errors.
-Must not: call AWS, retry, or decide what to do about a failure (``kclasync._core.fanout_session``
+Must not: call AWS, retry, or decide what to do about a failure (``_core.records.fanout_session``
 decides; the runtime acts).
 """
 

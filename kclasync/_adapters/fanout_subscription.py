@@ -6,7 +6,7 @@ buffering it), turning each SubscribeToShardEvent into a ``SubscriptionEvent`` (
 ``Record`` objects, the continuation sequence number, MillisBehindLatest, ChildShards), telling
 a gone stream consumer from a gone shard, and closing the call. A subscription that simply ends
 (the service closes it after five minutes) ends the iteration with ``completed`` set.
-Must not: retry, back off or decide where to resubscribe from (``kclasync._core.fanout_session``
+Must not: retry, back off or decide where to resubscribe from (``_core.records.fanout_session``
 decides; the runtime acts), register stream consumers (``fanout``), or read any clock.
 """
 
@@ -28,7 +28,7 @@ from kclasync._adapters.fanout_errors import (
     mapped_error,
 )
 from kclasync._adapters.protocols import ChildShard, ShardNotFoundError, StartingPosition
-from kclasync._core.shard import HashRange
+from kclasync._core.lineage.shard import HashRange
 from kclasync._records import Record
 from kclasync.errors import AdapterError, TransientError
 

@@ -26,8 +26,8 @@ from kclasync._adapters.protocols import (
     ShardNotFoundError,
     StartingPosition,
 )
-from kclasync._core.shard import HashRange, Shard
-from kclasync._core.streams import StreamIdentity
+from kclasync._core.lineage.shard import HashRange, Shard
+from kclasync._core.lineage.streams import StreamIdentity
 from kclasync._records import Record
 from kclasync.errors import StreamNotFoundError, ThrottledError, TransientError
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.position import Checkpoint
-from kclasync._core.shard import HashRange
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.leases.position import Checkpoint
+from kclasync._core.lineage.shard import HashRange
 
 Item = dict[str, dict[str, Any]]
 

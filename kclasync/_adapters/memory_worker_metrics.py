@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kclasync._core import worker_metrics as wm
-from kclasync._core import worker_metrics_item as wi
+from kclasync._core.workers import worker_metrics as wm
+from kclasync._core.workers import worker_metrics_item as wi
 
 
 class MemoryWorkerMetrics:
@@ -31,15 +31,16 @@ class MemoryWorkerMetrics:
         """Another worker's view of the same table."""
         return MemoryWorkerMetrics(self.items, self.totals)
 
-    def _count(self, op: str) -> None:
+    def _tally(self, op: str) -> None:
+        """Count ``op`` for this view and for the fleet (``totals``)."""
         self.calls[op] += 1
         self.totals[op] += 1
 
     async def ensure_table(self) -> None:
-        self._count("ensure_table")
+        self._tally("ensure_table")
 
     async def report(self, metrics: wm.WorkerMetrics) -> None:
-        self._count("report")
+        self._tally("report")
         item = wi.encode_item(metrics)
         kept = dict(self.items.get(metrics.worker_id, {}))
         # As the DynamoDB update: REMOVE cap and the heartbeat when the entry has none.
@@ -48,14 +49,14 @@ class MemoryWorkerMetrics:
         self.items[metrics.worker_id] = {**kept, **item}
 
     async def list_workers(self) -> wi.DecodedEntries:
-        self._count("list_workers")
+        self._tally("list_workers")
         self.totals["items_read"] += len(self.items)
         decoded = wi.decode_items(list(self.items.values()))
         self.corrupt_seen += len(decoded.corrupt)
         return decoded
 
     async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
-        self._count("remove")
+        self._tally("remove")
         if heartbeat is not None:
             item = self.items.get(worker_id)
             if item is None or item.get(wi.HEARTBEAT) != {"N": str(heartbeat)}:

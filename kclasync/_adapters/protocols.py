@@ -15,12 +15,12 @@ from typing import Protocol
 
 import attrs
 
-from kclasync._core.client_version import MigrationState
-from kclasync._core.leader_lock import LockItem
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.position import Checkpoint
-from kclasync._core.shard import HashRange, Shard
-from kclasync._core.streams import StreamIdentity
+from kclasync._core.leases.client_version import MigrationState
+from kclasync._core.leases.leader_lock import LockItem
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.leases.position import Checkpoint
+from kclasync._core.lineage.shard import HashRange, Shard
+from kclasync._core.lineage.streams import StreamIdentity
 from kclasync._records import Record
 from kclasync.errors import AdapterError
 from kclasync.errors import ThrottledError as ThrottledError  # re-exported for older imports

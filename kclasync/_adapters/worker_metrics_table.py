@@ -19,9 +19,9 @@ from botocore.exceptions import ClientError
 from kclasync._adapters import lease_codec as c
 from kclasync._adapters.dynamo_conditions import compile_lease_write
 from kclasync._adapters.dynamo_table import DynamoTable, error_code, mapped_errors
-from kclasync._core import lease_rules as rules
-from kclasync._core import worker_metrics as wm
-from kclasync._core import worker_metrics_item as wi
+from kclasync._core.leases import lease_rules as rules
+from kclasync._core.workers import worker_metrics as wm
+from kclasync._core.workers import worker_metrics_item as wi
 
 log = logging.getLogger("kclasync.registry")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kclasync._core.worker_metrics import WorkerMetrics
-from kclasync._core.worker_metrics_item import DecodedEntries
+from kclasync._core.workers.worker_metrics import WorkerMetrics
+from kclasync._core.workers.worker_metrics_item import DecodedEntries
 
 
 def worker_metrics_table_name(lease_table: str) -> str:

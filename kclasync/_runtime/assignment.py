@@ -7,7 +7,7 @@ three failed runs in a row give the lock up) and ``AssignmentDiscovery`` (every 
 the owner index for leases under its id, read the new ones strongly, and take them or hold them
 as incoming handoffs; delete finished leases assigned to it once their children have started,
 as a Java worker does with the ones a KCL 3.x leader gives it). The decisions are
-``kclasync._core.assignment_decisions`` and the
+``kclasync._core.assignment.assignment_decisions`` and the
 planners; holding and renewing is the lease coordinator's job.
 Must not: decide what to assign or what a listed lease means, or read any clock but the
 coordinator's.
@@ -24,7 +24,7 @@ import random
 from kclasync._adapters.protocols import LeaseScan, LeaseStore
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import LeaseTakerKind
-from kclasync._core.assignment_decisions import (
+from kclasync._core.assignment.assignment_decisions import (
     FailureStreak,
     FollowerStep,
     LeaderWrite,
@@ -36,14 +36,14 @@ from kclasync._core.assignment_decisions import (
     renewing_owners,
     worker_loads,
 )
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.held_lease import HeldLease, HeldState
-from kclasync._core.kcl3_decider import Kcl3Settings, is_balancing_run, plan_kcl3
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.lease_cleanup import ready_for_deletion
-from kclasync._core.load_assignment import FleetSnapshot, Plan
-from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
-from kclasync._core.worker_metrics import WorkerMetrics, entry_timeout
+from kclasync._core.assignment.kcl3_decider import Kcl3Settings, is_balancing_run, plan_kcl3
+from kclasync._core.assignment.load_assignment import FleetSnapshot, Plan
+from kclasync._core.assignment.load_balancer import BalancerSettings, plan_load_aware
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.held_lease import HeldLease, HeldState
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.leases.lease_cleanup import ready_for_deletion
+from kclasync._core.workers.worker_metrics import WorkerMetrics, entry_timeout
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync.errors import AdapterError

@@ -7,7 +7,7 @@ release or a handoff). Writes are serialised and never move the checkpoint backw
 racing a ``persist=True`` checkpoint cannot undo it. A crash loses at most the positions recorded
 since the last write: those records are processed again (at-least-once, as always).
 
-Owns: validating positions (``kclasync._core.checkpoint_rules``), the buffer, and the order of
+Owns: validating positions (``_core.leases.checkpoint_rules``), the buffer, and the order of
 writes. Must not: decide lease ownership (``HeldLeases`` fences every write).
 """
 
@@ -17,9 +17,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from kclasync._core.checkpoint_rules import validate_checkpoint
-from kclasync._core.held_lease import HeldLease
-from kclasync._core.position import SHARD_END, Checkpoint
+from kclasync._core.leases.checkpoint_rules import validate_checkpoint
+from kclasync._core.leases.held_lease import HeldLease
+from kclasync._core.leases.position import SHARD_END, Checkpoint
 from kclasync._runtime.held import HeldLeases
 from kclasync.errors import AdapterError, InvalidCheckpointError, LeaseLostError
 

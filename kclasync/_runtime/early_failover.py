@@ -30,8 +30,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.worker_silence import (
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.workers.worker_silence import (
     READS_PER_PERIOD,
     RETAKE_ROUNDS,
     HeartbeatView,

@@ -1,7 +1,7 @@
 """Reading one shard with enhanced fan-out: subscriptions one after the other, as one event flow.
 
 Owns: opening SubscribeToShard subscriptions from a starting position, renewing them before the
-service's five-minute limit, and acting on ``kclasync._core.fanout_session.decide`` when one ends
+service's five-minute limit, and acting on ``_core.records.fanout_session.decide`` when one ends
 (resubscribe now or after a pause, from the continuation; or stop and raise), so that the caller
 sees one ordered flow of events, nothing lost and nothing twice. Events are read only when the
 caller asks for the next one (backpressure reaches the connection).
@@ -24,7 +24,7 @@ from kclasync._adapters.protocols import (
     ShardNotFoundError,
     StartingPosition,
 )
-from kclasync._core.fanout_session import (
+from kclasync._core.records.fanout_session import (
     Action,
     Ending,
     Progress,

@@ -4,7 +4,7 @@ Owns: registering or reusing the stream consumer of each stream on first use (on
 many shards ask at the same time; transient failures retried with backoff), registering it again
 when it disappears, handing out ``FanOutCursor`` objects for shards, and deregistering the
 consumers on stop when configured to.
-Must not: decide when to resubscribe (``kclasync._core.fanout_session``), or read any clock but
+Must not: decide when to resubscribe (``_core.records.fanout_session``), or read any clock but
 the event loop's.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.protocols import StartingPosition
-from kclasync._core.fanout_session import ResubscribePolicy, backoff
+from kclasync._core.records.fanout_session import ResubscribePolicy, backoff
 from kclasync._runtime.fanout_cursor import FanOutCursor
 from kclasync.errors import ThrottledError, TransientError
 

@@ -1,12 +1,12 @@
 """The leases this worker holds, and the writes made through them.
 
-Owns: ``HeldLeases``, the one table of held leases (``kclasync._core.held_lease.HeldLease``
+Owns: ``HeldLeases``, the one table of held leases (``kclasync._core.leases.held_lease.HeldLease``
 states, each with a lock so that its writes never race), adding a lease taken or handed to us,
 losing a lease (once, with the listener told), letting one go (release), staleness, the fenced
 writes of a held lease (checkpoints, childShardIds; during an outgoing handoff the old owner's
 checkpoints), and applying what a refused write means; and the ``LeaseListener`` protocol.
 The decisions (what a refused write means, when a lease is stale, when an outgoing handoff has
-timed out) are ``kclasync._core.held_lease``'s; this module only applies them.
+timed out) are ``kclasync._core.leases.held_lease``'s; this module only applies them.
 Must not: take, renew or hand over leases on its own (``lease_taking``, ``lease_renewals``,
 ``lease_handoffs`` do, through this object), import any of those modules, or read any clock
 but the one it is given (the event loop's).
@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Literal, NamedTuple, Protocol
 
 from kclasync._adapters.protocols import LeaseStore
-from kclasync._core.held_lease import (
+from kclasync._core.leases.held_lease import (
     Event,
     FailedWrite,
     HeldLease,
@@ -33,8 +33,8 @@ from kclasync._core.held_lease import (
     is_stale,
     outgoing_timed_out,
 )
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync.errors import AdapterError, LeaseLostError
 

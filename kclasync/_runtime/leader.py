@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 
 from kclasync._adapters.protocols import CoordinatorStateStore
-from kclasync._core.leader_lock import LEADER_LOCK_KEY, LeaderLockState, LockAction
+from kclasync._core.leases.leader_lock import LEADER_LOCK_KEY, LeaderLockState, LockAction
 from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync.leader")

@@ -2,7 +2,7 @@
 
 Owns: the loop that runs them while this worker holds the leader lock (each on its own
 interval; all at once when a term starts), and the counters operators and tests read.
-Must not: decide what to delete or when a hole warrants a sync (``kclasync._core.lease_cleanup``),
+Must not: decide what to delete or when a hole warrants a sync (``_core.leases.lease_cleanup``),
 elect the leader (``leader.py``), or read any clock but the one it is given.
 """
 
@@ -17,10 +17,10 @@ import attrs
 
 from kclasync._adapters.protocols import LeaseStore, StreamClient
 from kclasync._config import ConsumerConfig
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.lease_cleanup import CleanupTracker, HoleAuditor
-from kclasync._core.shard import Shard
-from kclasync._core.shard_lineage import hash_range_holes
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.leases.lease_cleanup import CleanupTracker, HoleAuditor
+from kclasync._core.lineage.shard import Shard
+from kclasync._core.lineage.shard_lineage import hash_range_holes
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.shard_sync import ShardSync
 from kclasync.errors import AdapterError
@@ -94,7 +94,7 @@ class LeaderDuties:
 
     async def cleanup_finished_leases(self) -> int:
         """Delete the SHARD_END leases whose children have all started, once they have been
-        deletable for ``lease_cleanup_delay`` (``kclasync._core.lease_cleanup``). Returns how
+        deletable for ``lease_cleanup_delay`` (``kclasync._core.leases.lease_cleanup``). Returns how
         many were deleted."""
         scan = await self.store.list_leases()
         stream_of = self.shard_sync.stream_of

@@ -11,7 +11,7 @@ Must not: build its collaborators, make decisions, or be imported by the modules
 from __future__ import annotations
 
 from kclasync._adapters.protocols import LeaseStore
-from kclasync._core.held_lease import HeldLease, HeldState
+from kclasync._core.leases.held_lease import HeldLease, HeldState
 from kclasync._runtime.held import HeldLeases, LeaseListener
 from kclasync._runtime.lease_handoffs import LeaseHandoffs
 from kclasync._runtime.lease_renewals import LeaseRenewals

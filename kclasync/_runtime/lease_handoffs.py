@@ -4,7 +4,7 @@ Owns: passing on a lease that was handed away before we started it, watching an 
 (also when its old owner is of another implementation and must not be written to), activating
 it, and forcing a handoff whose old owner is gone. The outgoing direction (a write refused
 because another worker asked for the lease) is ``held``'s, as it follows from any refused write.
-The decisions (wait, activate or force) are ``kclasync._core.held_lease``'s; this module only
+The decisions (wait, activate or force) are ``kclasync._core.leases.held_lease``'s; this module only
 applies them, on the ``HeldLeases`` it is given.
 Must not: import the lease coordinator or its other helpers, read any clock but the held
 leases' (the event loop), or touch stream records.
@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from kclasync._core.held_lease import (
+from kclasync._core.leases.held_lease import (
     Event,
     HeldLease,
     HeldState,
     IncomingStep,
     incoming_step,
 )
-from kclasync._core.lease import CorruptLeaseError, Lease
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
 from kclasync._runtime.held import HeldLeases
 from kclasync.errors import AdapterError
 

@@ -9,7 +9,7 @@ lease changes (taking rounds, or the leader's assignment and this worker's disco
 move is still a fenced conditional write, so no shard is processed twice.
 Cost: one strongly consistent GetItem per worker per ``leader_heartbeat_interval`` (30 s by
 default, as often as the leader lock is read): grows with workers, not with shards.
-Must not: decide what a client version means (``kclasync._core.client_version``), take, assign
+Must not: decide what a client version means (``_core.leases.client_version``), take, assign
 or renew leases itself, or read any clock but the event loop's.
 """
 
@@ -19,7 +19,7 @@ import asyncio
 import logging
 
 from kclasync._adapters.protocols import CoordinatorStateStore
-from kclasync._core.client_version import LeaseMode, lease_mode
+from kclasync._core.leases.client_version import LeaseMode, lease_mode
 from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync.errors import AdapterError
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from kclasync._core.held_lease import (
+from kclasync._core.assignment.load_assignment import renewal_throughput
+from kclasync._core.leases.held_lease import (
     FailedWrite,
     HeldLease,
     HeldState,
@@ -34,9 +35,8 @@ from kclasync._core.held_lease import (
     outgoing_timed_out,
     release_reason,
 )
-from kclasync._core.lease import CorruptLeaseError
-from kclasync._core.load_assignment import renewal_throughput
-from kclasync._core.periods import late_renewals, renewal_round_due
+from kclasync._core.leases.lease import CorruptLeaseError
+from kclasync._core.leases.periods import late_renewals, renewal_round_due
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.lease_handoffs import LeaseHandoffs
 from kclasync._runtime.worker_presence import WorkerPresence

@@ -3,7 +3,7 @@
 Owns: what the last scan showed (lease expiry as this worker observes it, the live workers from
 the worker registry, corrupt and unknown-Sticky reports), the exclusion of leases whose pipeline
 failed, and applying the planner's takes and steals (a steal is a graceful handoff when enabled).
-What to take is the pluggable planner's decision (``kclasync._core.lease_taker`` and
+What to take is the pluggable planner's decision (``kclasync._core.assignment.lease_taker`` and
 ``balanced_taker``); what was taken is held in the ``HeldLeases`` it is given.
 Must not: import the lease coordinator or its other helpers, renew or checkpoint, or read any
 clock but the held leases' (the event loop).
@@ -18,11 +18,11 @@ import random
 
 import attrs
 
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.held_lease import HeldLease
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.lease_taker import LeaseTaker, TakePlan, TakeView, replan_at_once
-from kclasync._core.startup import first_round_delay
+from kclasync._core.assignment.lease_taker import LeaseTaker, TakePlan, TakeView, replan_at_once
+from kclasync._core.assignment.startup import first_round_delay
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.held_lease import HeldLease
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync.errors import AdapterError
@@ -68,7 +68,7 @@ class LeaseTaking:
         #: Cleared when the worker stops: rounds still scan, but take nothing.
         self.enabled = True
         #: Set while a leader assigns the leases (a leader-based taker, or a table whose Java
-        #: workers follow a leader: ``kclasync._core.client_version.lease_mode``): no taking
+        #: workers follow a leader: ``kclasync._core.leases.client_version.lease_mode``): no taking
         #: round runs, early failover takes nothing, and assignment and discovery run instead.
         self.leader_assigns = False
         self.last_scan: tuple[Lease, ...] = ()
@@ -213,7 +213,7 @@ class LeaseTaking:
         """Take rounds forever. ``first_delay``: report to the worker registry and, when the
         registry shows another worker, wait this long before the first round, so that workers
         started together see each other and the first round already spreads the leases evenly
-        (``kclasync._core.startup``). A lone worker takes at once."""
+        (``kclasync._core.assignment.startup``). A lone worker takes at once."""
         if first_delay > 0:
             presence = self.presence
             await presence.report()

@@ -30,15 +30,15 @@ from kclasync._adapters.protocols import (
     StreamClient,
 )
 from kclasync._adapters.worker_registry import WorkerRegistry
-from kclasync._core.client_version import MigrationState
-from kclasync._core.leader_lock import LockItem
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.client_version import MigrationState
+from kclasync._core.leases.leader_lock import LockItem
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
+from kclasync._core.lineage.shard import Shard
+from kclasync._core.lineage.streams import StreamIdentity
 from kclasync._core.retry_policy import OP_CLASS, OpClass, RetryPolicy, give_up, next_delay
-from kclasync._core.shard import Shard
-from kclasync._core.streams import StreamIdentity
-from kclasync._core.worker_metrics import WorkerMetrics
-from kclasync._core.worker_metrics_item import DecodedEntries
+from kclasync._core.workers.worker_metrics import WorkerMetrics
+from kclasync._core.workers.worker_metrics_item import DecodedEntries
 from kclasync.errors import ThrottledError, TransientError
 
 log = logging.getLogger("kclasync.retry")

@@ -25,11 +25,11 @@ from kclasync._adapters.protocols import (
     StreamClient,
 )
 from kclasync._config import ConsumerConfig
-from kclasync._core.held_lease import HeldLease
-from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
-from kclasync._core.lease import CorruptLeaseError
-from kclasync._core.position import Checkpoint, InitialPositionKind, Sentinel
-from kclasync._core.read_pacing import ReadPause, next_read_pause
+from kclasync._core.leases.held_lease import HeldLease
+from kclasync._core.leases.lease import CorruptLeaseError
+from kclasync._core.leases.position import Checkpoint, InitialPositionKind, Sentinel
+from kclasync._core.records.kpl import KplFormatError, deaggregate, is_aggregated
+from kclasync._core.records.read_pacing import ReadPause, next_read_pause
 from kclasync._core.retry_policy import Backoff
 from kclasync._processor import RecordProcessor, ShardInfo
 from kclasync._records import Record

@@ -6,7 +6,7 @@ checkpoint and the ``childShardIds`` written after it, the one route by which a 
 its pipeline and reaches ``processor.lease_lost()``, the processor-failure policy, and draining
 every pipeline at shutdown.
 Must not: decide lease ownership or what a refused write means (``held.HeldLeases`` applies
-``kclasync._core.held_lease``), or which child leases to create (``kclasync._core.shard_end``).
+``_core.leases.held_lease``), or which child leases to create (``_core.lineage.shard_end``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import attrs
 
 from kclasync._adapters.protocols import ChildShard, LeaseStore, StreamClient
 from kclasync._config import ConsumerConfig, ProcessorErrorPolicy
-from kclasync._core.held_lease import HeldLease
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.shard_end import (
+from kclasync._core.leases.held_lease import HeldLease
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.lineage.shard_end import (
     ChildLeasePlan,
     child_leases_at_shard_end,
     parents_finished,

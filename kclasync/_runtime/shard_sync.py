@@ -4,7 +4,7 @@ Owns: the list of streams (asked again at every sync), stream identities and mul
 keys, the start-up sync of empty streams, the full sync (new leases, children of finished
 parents, the childShardIds backfill), and dropping the leases of streams that left the list
 after ``removed_stream_grace``.
-Must not: decide which leases to create (``kclasync._core.shard_lineage``), own leases, or read
+Must not: decide which leases to create (``_core.lineage.shard_lineage``), own leases, or read
 any clock but the one it is given (the event loop's).
 """
 
@@ -21,13 +21,13 @@ from kclasync._adapters.protocols import (
     StreamClient,
 )
 from kclasync._config import ConsumerConfig
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease
-from kclasync._core.position import InitialPositionKind
-from kclasync._core.shard import Shard
-from kclasync._core.shard_end import LeaseKeyFn, children_of_finished_parents
-from kclasync._core.shard_lineage import plan_new_leases
-from kclasync._core.streams import StreamIdentity, parse_multi_stream_key
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import InitialPositionKind
+from kclasync._core.lineage.shard import Shard
+from kclasync._core.lineage.shard_end import LeaseKeyFn, children_of_finished_parents
+from kclasync._core.lineage.shard_lineage import plan_new_leases
+from kclasync._core.lineage.streams import StreamIdentity, parse_multi_stream_key
 from kclasync.errors import AdapterError, StreamNotFoundError
 
 log = logging.getLogger("kclasync._consumer")

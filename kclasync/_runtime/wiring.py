@@ -22,10 +22,10 @@ from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.protocols import LeaseStore, StreamClient
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import LeaseTakerKind, RetrievalMode
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.fanout_session import ResubscribePolicy
-from kclasync._core.held_lease import HeldLease
-from kclasync._core.lease_taker import LeaseTaker
+from kclasync._core.assignment.lease_taker import LeaseTaker
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.held_lease import HeldLease
+from kclasync._core.records.fanout_session import ResubscribePolicy
 from kclasync._core.retry_policy import OP_CLASS, OpClass, policy_table
 from kclasync._runtime.assignment import assignment_tasks
 from kclasync._runtime.early_failover import EarlyFailover

@@ -25,8 +25,8 @@ import attrs
 
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig, LeaseTakerKind
-from kclasync._core.lease_taker import LeaseTaker
-from kclasync._core.startup import settle_time
+from kclasync._core.assignment.lease_taker import LeaseTaker
+from kclasync._core.assignment.startup import settle_time
 from kclasync._processor import ProcessorFactory
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment
 from kclasync._runtime.early_failover import EarlyFailover

@@ -26,18 +26,18 @@ import attrs
 
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.worker_registry import WorkerRegistry
-from kclasync._core.capacity import CapacityEstimator
-from kclasync._core.cpu_usage import CpuStatsError
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease
-from kclasync._core.worker_metrics import (
+from kclasync._core.assignment.capacity import CapacityEstimator
+from kclasync._core.assignment.cpu_usage import CpuStatsError
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.workers.worker_metrics import (
     CPU,
     FAILED_SAMPLE,
     KCLASYNC,
     WorkerMetrics,
     may_report_metric,
 )
-from kclasync._core.worker_metrics_item import DecodedEntries, presence_marks
+from kclasync._core.workers.worker_metrics_item import DecodedEntries, presence_marks
 from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync.registry")

@@ -8,7 +8,7 @@ older kclasync wrote into the lease table, and the first reading (never the writ
 Java KCL's migration state, which sets the lease mode before any taking round
 (``lease_mode``).
 Must not: start the worker's loops or pipelines (``worker``), build its parts (``wiring``),
-or decide anything about the protocol (``kclasync._core.client_version`` says what the
+or decide anything about the protocol (``kclasync._core.leases.client_version`` says what the
 migration state means).
 """
 

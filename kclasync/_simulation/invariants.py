@@ -61,7 +61,7 @@ from collections.abc import Callable
 
 import attrs
 
-from kclasync._core.lease import Lease
+from kclasync._core.leases.lease import Lease
 from kclasync._simulation.ownership import OwnershipLedger, Tenure
 
 ALLOWED_EPSILON = 1e-6

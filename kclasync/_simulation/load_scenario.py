@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from kclasync._adapters.cpu_metrics import CpuReader
-from kclasync._core.held_lease import HeldState
+from kclasync._core.leases.held_lease import HeldState
 from kclasync._simulation.clock import run_virtual
 from kclasync._simulation.harness import Simulation
 from kclasync._simulation.report import SimulationReport

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import attrs
 
-from kclasync._core.lease import Lease
+from kclasync._core.leases.lease import Lease
 
 
 @attrs.define(eq=False)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import attrs
 
 from kclasync._config import ConsumerConfig
-from kclasync._core.balanced_taker import BalancedLeaseTaker
-from kclasync._core.lease_taker import Kcl2LeaseTaker, LeaseTaker
+from kclasync._core.assignment.balanced_taker import BalancedLeaseTaker
+from kclasync._core.assignment.lease_taker import Kcl2LeaseTaker, LeaseTaker
 from kclasync._simulation.faults import ALL_FAULTS
 
 TAKERS = ("kcl2", "balanced", "kcl3", "load")

@@ -26,11 +26,11 @@ from kclasync._adapters.memory import (
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._adapters.protocols import GetRecordsResult, ShardFilter, StartingPosition
 from kclasync._consumer import Consumer
-from kclasync._core.lease import Lease
+from kclasync._core.leases.lease import Lease
+from kclasync._core.lineage.shard import Shard
 from kclasync._core.retry_policy import Backoff
-from kclasync._core.shard import Shard
-from kclasync._core.worker_metrics import WorkerMetrics
-from kclasync._core.worker_metrics_item import DecodedEntries
+from kclasync._core.workers.worker_metrics import WorkerMetrics
+from kclasync._core.workers.worker_metrics_item import DecodedEntries
 from kclasync._processor import Checkpointer, ShardInfo
 from kclasync._records import Record
 from kclasync._simulation.invariants import InvariantChecker

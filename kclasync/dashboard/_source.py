@@ -23,7 +23,7 @@ from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._adapters.protocols import LeaseScan
 from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
 from kclasync._adapters.worker_registry import WorkerRegistry, worker_metrics_table_name
-from kclasync._core.leader_lock import LEADER_LOCK_KEY, LockItem
+from kclasync._core.leases.leader_lock import LEADER_LOCK_KEY, LockItem
 from kclasync.dashboard._view import FleetRead, WorkerEntry, WorkerMetrics
 from kclasync.errors import AdapterError
 

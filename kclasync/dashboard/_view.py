@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from kclasync._core.leader_lock import LeaderLockState, LockItem
-from kclasync._core.lease import Lease
+from kclasync._core.leases.leader_lock import LeaderLockState, LockItem
+from kclasync._core.leases.lease import Lease
 
 #: How many ownership changes the view remembers.
 CHANGES_KEPT = 50

@@ -36,7 +36,7 @@ PRELOADED = (
     "kclasync._adapters.dynamodb",
     "kclasync._adapters.fanout",
     "kclasync._runtime.shard_cursor",
-    "kclasync._core.kpl",
+    "kclasync._core.records.kpl",
 )
 
 

@@ -29,7 +29,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.position import Checkpoint
 from kclasync._processor import Checkpointer, ShardInfo
 from kclasync._records import Record
 from kclasync.errors import (

@@ -15,7 +15,7 @@ import attrs
 
 from kclasync._adapters.aws import ClientOptions
 from kclasync._config import ConsumerConfig, LeaseTakerKind, RetrievalMode
-from kclasync._core.position import InitialPosition
+from kclasync._core.leases.position import InitialPosition
 from kclasync.errors import ConfigError
 from kclasync.multilang.properties import (
     PropertiesError,

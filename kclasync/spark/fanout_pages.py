@@ -7,7 +7,7 @@ one read loop of the source (``kclasync.spark.fetch.read_shard``) as GetRecords-
 polling and fan-out share the quota, replay, cutoff, KPL and SHARD_END rules; bounding the wait
 for an event by the read's time limit; closing the subscription when the read stops.
 Must not: decide what a batch reads (``fetch``), resubscribe by itself (the cursor and
-``kclasync._core.fanout_session`` do), or register the stream consumer (the driver does).
+``kclasync._core.records.fanout_session`` do), or register the stream consumer (the driver does).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from kclasync._adapters.fanout import FanOutClient, SubscriptionEvent
 from kclasync._adapters.protocols import GetRecordsResult, IteratorType, StartingPosition
-from kclasync._core.fanout_session import ResubscribePolicy
+from kclasync._core.records.fanout_session import ResubscribePolicy
 from kclasync._runtime.fanout_cursor import FanOutCursor
 from kclasync.spark.fetch import Pages, PageSource
 

@@ -2,7 +2,7 @@
 
 Owns: turning an offset position into a shard iterator, the GetRecords loop that stops at a
 quota, a time limit, an arrival-time cutoff or when caught up, replaying a recorded range exactly,
-retries on throttling and expired iterators, KPL de-aggregation (``kclasync._core.kpl``, as the
+retries on throttling and expired iterators, KPL de-aggregation (``_core.records.kpl``, as the
 workers do: user records share their aggregate's sequence number and are told apart by their
 sub-sequence number), noticing records trimmed away before they were read (data loss), and the
 cheap driver-side probe for new records.
@@ -35,7 +35,7 @@ from kclasync._adapters.protocols import (
     StartingPosition,
     StreamClient,
 )
-from kclasync._core.kpl import KplFormatError, deaggregate, is_aggregated
+from kclasync._core.records.kpl import KplFormatError, deaggregate, is_aggregated
 from kclasync._records import Record
 from kclasync._runtime.shard_cursor import ShardCursor
 from kclasync.errors import KclAsyncError

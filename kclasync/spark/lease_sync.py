@@ -14,8 +14,8 @@ import logging
 from collections.abc import Mapping
 
 from kclasync._adapters.protocols import LeaseStore
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
 from kclasync.errors import KclAsyncError
 from kclasync.spark.offsets import AT_TIMESTAMP, ShardPosition, checkpoint_of
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from kclasync._core.position import InitialPositionKind
+from kclasync._core.leases.position import InitialPositionKind
 from kclasync.errors import KclAsyncError
 
 __all__ = ["CHECKED", "LATEST_AT", "install", "source_load_checks"]

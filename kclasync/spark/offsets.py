@@ -2,7 +2,7 @@
 
 Owns: the JSON offset Spark keeps in its checkpoint (one position per shard), what one executor
 recorded for one shard in one batch (``ShardProgress``), the state after a batch, which shards may
-be read (the lineage rules of ``kclasync._core.shard_lineage`` and ``shard_end``: a child only
+be read (the lineage rules of ``_core.lineage.shard_lineage`` and ``shard_end``: a child only
 after all its parents reached SHARD_END), and how a batch's read limit is shared between shards.
 Must not: import pyspark, do I/O or read clocks (callers pass the time in).
 
@@ -23,11 +23,11 @@ from typing import Any, Final
 import attrs
 
 from kclasync._adapters.protocols import ChildShard
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint, InitialPosition, Sentinel
-from kclasync._core.shard import Shard
-from kclasync._core.shard_end import child_leases_at_shard_end, parents_finished
-from kclasync._core.shard_lineage import plan_new_leases
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint, InitialPosition, Sentinel
+from kclasync._core.lineage.shard import Shard
+from kclasync._core.lineage.shard_end import child_leases_at_shard_end, parents_finished
+from kclasync._core.lineage.shard_lineage import plan_new_leases
 from kclasync._records import Record
 
 __all__ = [

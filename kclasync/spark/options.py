@@ -16,7 +16,7 @@ from typing import Final
 
 import attrs
 
-from kclasync._core.position import InitialPosition
+from kclasync._core.leases.position import InitialPosition
 from kclasync.errors import ConfigError
 from kclasync.spark.aliases import translate
 from kclasync.spark.fetch import MAX_PAGE, AwsOptions

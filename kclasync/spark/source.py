@@ -5,7 +5,7 @@ batch on the driver (``kclasync.spark.offsets``), registering the stream consume
 query for enhanced fan-out, one input partition per shard read on the executors
 (``kclasync.spark.shard_task``), the progress records that make replays exact
 (``kclasync.spark.progress``), and the optional lease-table positions (``lease_sync``).
-Must not: hold lineage rules of its own (they come from ``kclasync._core.shard_lineage`` and
+Must not: hold lineage rules of its own (they come from ``kclasync._core.lineage.shard_lineage`` and
 ``shard_end``).
 
 Spark constructs the reader on the driver and again on the executors, so AWS clients are made
@@ -33,8 +33,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from kclasync._adapters.kinesis import KinesisStreamClient
-from kclasync._core.position import InitialPositionKind
-from kclasync._core.shard import Shard
+from kclasync._core.leases.position import InitialPositionKind
+from kclasync._core.lineage.shard import Shard
 from kclasync.errors import ConfigError
 from kclasync.spark.checks import check_sink, check_source
 from kclasync.spark.driver_io import DriverIO

@@ -19,7 +19,7 @@ from kclasync._adapters.memory import (
     MemoryLeaseTable,
     MemoryStreamClient,
 )
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.position import Checkpoint
 
 __all__ = ["MemoryBackend"]
 

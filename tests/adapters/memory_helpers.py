@@ -6,7 +6,7 @@ import random
 
 from kclasync._adapters.memory import FaultPlan, MemoryLeaseStore, OpFaults
 from kclasync._adapters.protocols import IteratorType, StartingPosition
-from kclasync._core.lease import Lease
+from kclasync._core.leases.lease import Lease
 
 KEY = "shardId-000000000000"
 

@@ -29,7 +29,7 @@ from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._adapters.protocols import ExpiredIteratorError, ShardNotFoundError
 from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
-from kclasync._core.lease import Lease
+from kclasync._core.leases.lease import Lease
 from kclasync._core.retry_policy import OpClass, RetryPolicy
 from kclasync._runtime.retrying import Retrier, RetryingStreamClient
 from kclasync.errors import ThrottledError, TransientError

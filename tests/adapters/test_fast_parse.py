@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kclasync._adapters.kinesis import KinesisStreamClient
-from kclasync._core.kpl import UserRecord, aggregate, deaggregate
+from kclasync._core.records.kpl import UserRecord, aggregate, deaggregate
 from kclasync.testing.emulators import LocalAws
 
 pytestmark = pytest.mark.asyncio

@@ -3,7 +3,7 @@
 Each case is a sequence of writes on one lease. Both adapters run the same sequence from the same
 starting item; every step must succeed or fail as written here, and both adapters must return the
 same lease and leave the same item after every step. The conditions themselves come from
-``kclasync._core.lease_rules`` (each write's condition and update), so this checks that its two
+``_core.leases.lease_rules`` (each write's condition and update), so this checks that its two
 compilations (DynamoDB expressions, the memory store's evaluation) agree with each other and with
 the protocol. The leader lock's writes are run the same way on both coordinator-state stores.
 """
@@ -27,10 +27,10 @@ from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._adapters.lease_codec import FIELD_ATTRIBUTES
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
 from kclasync._adapters.memory.coordinator_state import MemoryCoordinatorState
-from kclasync._core import lease_rules as rules
-from kclasync._core.leader_lock import LockItem
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases import lease_rules as rules
+from kclasync._core.leases.leader_lock import LockItem
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
 from kclasync.testing.emulators import LocalAws
 
 KEY = "shardId-000000000007"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kclasync._adapters.memory import MemoryCoordinatorState, MemoryLeaseStore, MemoryLeaseTable
-from kclasync._core.lease import Lease
-from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._core.leases.lease import Lease
+from kclasync._core.workers.worker_metrics import WorkerMetrics
 
 
 async def test_registry_views_share_fleet_totals_and_count_entries_read() -> None:

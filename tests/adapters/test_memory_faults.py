@@ -17,8 +17,8 @@ from kclasync._adapters.memory import (
     MemoryStreamClient,
     OpFaults,
 )
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
 from kclasync.errors import ThrottledError, TransientError
 from tests.adapters.memory_helpers import KEY, TRIM, FakeClock, owned, plan
 

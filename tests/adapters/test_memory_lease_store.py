@@ -7,9 +7,9 @@ import pytest
 
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
 from kclasync._adapters.memory.lease_table import apply_update
-from kclasync._core import lease_rules as rules
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.position import SHARD_END, TRIM_HORIZON, Checkpoint
+from kclasync._core.leases import lease_rules as rules
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.leases.position import SHARD_END, TRIM_HORIZON, Checkpoint
 from tests.adapters.memory_helpers import KEY, owned
 
 # ---------------------------------------------------------------------------------------------

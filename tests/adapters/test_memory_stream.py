@@ -21,7 +21,7 @@ from kclasync._adapters.protocols import (
     ShardNotFoundError,
     StartingPosition,
 )
-from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
+from kclasync._core.lineage.shard import MAX_HASH_KEY, HashRange, Shard
 from kclasync.errors import StreamNotFoundError
 from tests.adapters.memory_helpers import KEY, LATEST_POS, TRIM, FakeClock
 

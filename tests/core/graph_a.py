@@ -8,14 +8,14 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Literal
 
-from kclasync._core.lease import Lease
-from kclasync._core.position import (
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import (
     SHARD_END,
     Checkpoint,
     InitialPosition,
     InitialPositionKind,
 )
-from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
+from kclasync._core.lineage.shard import MAX_HASH_KEY, HashRange, Shard
 
 
 def sid(number: int) -> str:

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 
 import attrs
 
-from kclasync._core.balanced_taker import BalancedLeaseTaker
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease
-from kclasync._core.lease_taker import (
+from kclasync._core.assignment.balanced_taker import BalancedLeaseTaker
+from kclasync._core.assignment.lease_taker import (
     LeaseTaker,
     TakePlan,
     TakeView,
     is_assignable,
 )
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
 
 FAILOVER = 10.0
 T0 = 0.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kclasync._core.assignment_decisions import (
+from kclasync._core.assignment.assignment_decisions import (
     FailureStreak,
     FollowerStep,
     WriteKind,
@@ -12,11 +12,11 @@ from kclasync._core.assignment_decisions import (
     renewing_owners,
     worker_loads,
 )
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease
-from kclasync._core.load_assignment import Move, Plan
-from kclasync._core.position import Checkpoint
-from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._core.assignment.load_assignment import Move, Plan
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
+from kclasync._core.workers.worker_metrics import WorkerMetrics
 
 
 def test_follower_steps() -> None:
@@ -97,8 +97,8 @@ def test_failure_streak() -> None:
 
 
 def test_no_rebalance_while_a_handoff_runs_or_right_after_moves() -> None:
-    from kclasync._core.assignment_decisions import may_rebalance
-    from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
+    from kclasync._core.assignment.assignment_decisions import may_rebalance
+    from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
 
     calm = FleetSnapshot(leases=(LeaseLoad("a", "w1"),), workers=(WorkerLoad("w1"),))
     busy = FleetSnapshot(

@@ -16,10 +16,10 @@ import attrs
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kclasync._core.balanced_taker import FROM_VIEW, BalancedLeaseTaker, FromView
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import STICKY_PINNED, STICKY_RELEASE, Lease
-from kclasync._core.lease_taker import is_assignable
+from kclasync._core.assignment.balanced_taker import FROM_VIEW, BalancedLeaseTaker, FromView
+from kclasync._core.assignment.lease_taker import is_assignable
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import STICKY_PINNED, STICKY_RELEASE, Lease
 from tests.core.lease_rounds import (
     FAILOVER,
     T1,

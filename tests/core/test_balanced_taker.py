@@ -9,10 +9,10 @@ import random
 import attrs
 import pytest
 
-from kclasync._core.balanced_taker import FROM_VIEW, BalancedLeaseTaker
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import STICKY_PINNED, STICKY_RELEASE
-from kclasync._core.lease_taker import REPLANS_PER_ROUND, Kcl2LeaseTaker, replan_at_once
+from kclasync._core.assignment.balanced_taker import FROM_VIEW, BalancedLeaseTaker
+from kclasync._core.assignment.lease_taker import REPLANS_PER_ROUND, Kcl2LeaseTaker, replan_at_once
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import STICKY_PINNED, STICKY_RELEASE
 from tests.core.lease_rounds import (
     FAILOVER,
     T1,

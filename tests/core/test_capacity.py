@@ -8,11 +8,11 @@ import attrs
 import pytest
 
 from kclasync._config import ConsumerConfig
-from kclasync._core import worker_metrics as wm
-from kclasync._core import worker_metrics_item as wi
-from kclasync._core.assignment_decisions import may_rebalance, worker_loads
-from kclasync._core.capacity import CapacityEstimator
-from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
+from kclasync._core.assignment.assignment_decisions import may_rebalance, worker_loads
+from kclasync._core.assignment.capacity import CapacityEstimator
+from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
+from kclasync._core.workers import worker_metrics as wm
+from kclasync._core.workers import worker_metrics_item as wi
 from kclasync.errors import ConfigError
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kclasync._core.client_version import (
+from kclasync._core.leases.client_version import (
     ClientVersion,
     decode_migration_item,
     java_fleet_follows_leader,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kclasync._core.cpu_usage import (
+from kclasync._core.assignment.cpu_usage import (
     CpuSample,
     CpuStatsError,
     cgroup_v1_limit_cpus,

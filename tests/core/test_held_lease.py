@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from kclasync._core.held_lease import (
+from kclasync._core.leases.held_lease import (
     TRANSITIONS,
     Event,
     FailedWrite,
@@ -23,8 +23,8 @@ from kclasync._core.held_lease import (
     outgoing_timed_out,
     release_reason,
 )
-from kclasync._core.lease import Lease
-from kclasync._core.position import SHARD_END, Checkpoint
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import SHARD_END, Checkpoint
 
 ME = "me"
 HELD = Lease(key="L", owner=ME, counter=5, checkpoint=Checkpoint("100"))

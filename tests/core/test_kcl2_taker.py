@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease
-from kclasync._core.lease_taker import Kcl2LeaseTaker, TakeView
-from kclasync._core.position import SHARD_END
+from kclasync._core.assignment.lease_taker import Kcl2LeaseTaker, TakeView
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import SHARD_END
 
 
 def view(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kclasync._core.kpl import (
+from kclasync._core.records.kpl import (
     MAGIC,
     KplFormatError,
     UserRecord,

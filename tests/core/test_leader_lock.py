@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kclasync._core.leader_lock import LeaderLockState, LockAction, LockItem
+from kclasync._core.leases.leader_lock import LeaderLockState, LockAction, LockItem
 
 
 def item(owner: str | None, version: str, duration: float = 10.0, released: bool = False):
@@ -74,7 +74,7 @@ def test_holder_stops_leading_before_any_observer_may_take_over() -> None:
 
 
 def test_released_marker_follows_the_lock_client_and_reads_older_kclasync_items() -> None:
-    from kclasync._core.leader_lock import RELEASED_MARKER, is_released_marker
+    from kclasync._core.leases.leader_lock import RELEASED_MARKER, is_released_marker
 
     assert not is_released_marker(None)  # the lock client writes no marker while held
     assert is_released_marker(RELEASED_MARKER)  # the lock client's release without delete

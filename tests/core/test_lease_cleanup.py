@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from kclasync._core.lease import Lease
-from kclasync._core.lease_cleanup import (
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.lease_cleanup import (
     CleanupTracker,
     HoleAuditor,
     child_started,
     ready_for_deletion,
 )
-from kclasync._core.position import SHARD_END, TRIM_HORIZON, Checkpoint
-from kclasync._core.shard import HashRange
+from kclasync._core.leases.position import SHARD_END, TRIM_HORIZON, Checkpoint
+from kclasync._core.lineage.shard import HashRange
 
 
 def lease(key: str, checkpoint: Checkpoint = TRIM_HORIZON, **kw: object) -> Lease:

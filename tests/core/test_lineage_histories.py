@@ -1,4 +1,4 @@
-"""Tests for kclasync._core.shard_lineage and kclasync._core.shard_end, driven by random
+"""Tests for _core.lineage.shard_lineage and kclasync._core.lineage.shard_end, driven by random
 split/merge histories: a model stream and consumer read parents before children, recover the
 open shards from any lease table, plan idempotently, and find exactly the removed ranges.
 """
@@ -11,17 +11,21 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kclasync._core.lease import Lease
-from kclasync._core.position import (
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import (
     SHARD_END,
     TRIM_HORIZON,
     Checkpoint,
     InitialPosition,
     InitialPositionKind,
 )
-from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
-from kclasync._core.shard_end import ChildLeasePlan, child_leases_at_shard_end, parents_finished
-from kclasync._core.shard_lineage import hash_range_holes, plan_new_leases
+from kclasync._core.lineage.shard import MAX_HASH_KEY, HashRange, Shard
+from kclasync._core.lineage.shard_end import (
+    ChildLeasePlan,
+    child_leases_at_shard_end,
+    parents_finished,
+)
+from kclasync._core.lineage.shard_lineage import hash_range_holes, plan_new_leases
 from tests.core.graph_a import (
     POSITIONS,
     lease_for,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kclasync._core.kcl3_decider import Kcl3Settings, is_balancing_run, plan_kcl3
-from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
+from kclasync._core.assignment.kcl3_decider import Kcl3Settings, is_balancing_run, plan_kcl3
+from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
 
 
 def fleet(cpu_a: float, cpu_b: float, *, b_leases: int = 5) -> FleetSnapshot:

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from kclasync._core.load_assignment import (
+from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
     LeaseLoad,
     WorkerLoad,
@@ -18,7 +18,7 @@ from kclasync._core.load_assignment import (
     renewal_throughput,
     throughput_ema,
 )
-from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
+from kclasync._core.assignment.load_balancer import BalancerSettings, plan_load_aware
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "assignment.py"
 

@@ -5,14 +5,14 @@ differences of a CPU point or less in measured CPU are not worth a move."""
 
 from __future__ import annotations
 
-from kclasync._core.load_assignment import (
+from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
     LeaseLoad,
     LoadModel,
     WorkerLoad,
     lease_throughputs,
 )
-from kclasync._core.load_balancer import BalancerSettings, plan_load_aware
+from kclasync._core.assignment.load_balancer import BalancerSettings, plan_load_aware
 
 
 def _hot_on_small() -> FleetSnapshot:

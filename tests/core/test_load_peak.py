@@ -6,14 +6,14 @@ assigned is still given work."""
 
 from __future__ import annotations
 
-from kclasync._core.load_assignment import (
+from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
     LeaseLoad,
     LoadModel,
     WorkerLoad,
     lease_throughputs,
 )
-from kclasync._core.load_balancer import peak_floor, plan_load_aware
+from kclasync._core.assignment.load_balancer import peak_floor, plan_load_aware
 
 
 def _worker(wid: str, capacity: float, leases: list[LeaseLoad]) -> WorkerLoad:

@@ -7,8 +7,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kclasync._core.kcl3_decider import plan_kcl3
-from kclasync._core.load_assignment import (
+from kclasync._core.assignment.kcl3_decider import plan_kcl3
+from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
     LeaseLoad,
     LoadModel,
@@ -16,7 +16,7 @@ from kclasync._core.load_assignment import (
     WorkerLoad,
     lease_throughputs,
 )
-from kclasync._core.load_balancer import plan_load_aware
+from kclasync._core.assignment.load_balancer import plan_load_aware
 
 
 @st.composite

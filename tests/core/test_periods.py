@@ -1,4 +1,4 @@
-"""The periods derived from the failover time (kclasync._core.periods), and the configuration
+"""The periods derived from the failover time (kclasync._core.leases.periods), and the configuration
 reading them unchanged."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kclasync import ConsumerConfig
-from kclasync._core import periods
-from kclasync._core.worker_silence import default_heartbeat_interval
+from kclasync._core.leases import periods
+from kclasync._core.workers.worker_silence import default_heartbeat_interval
 
 
 def test_renewals_come_three_times_per_failover_time_a_little_early() -> None:

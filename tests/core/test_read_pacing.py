@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kclasync import ConsumerConfig
-from kclasync._core.read_pacing import IDLE_GROWTH, ReadPause, idle_ceiling, next_read_pause
+from kclasync._core.records.read_pacing import IDLE_GROWTH, ReadPause, idle_ceiling, next_read_pause
 from kclasync.errors import ConfigError
 
 seconds = st.floats(min_value=0.001, max_value=600, allow_nan=False, allow_infinity=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kclasync._core.periods import LATE_RENEWAL_SHARE, late_renewals, renewal_round_due
+from kclasync._core.leases.periods import LATE_RENEWAL_SHARE, late_renewals, renewal_round_due
 
 
 def test_rounds_are_due_one_interval_apart_from_their_due_time() -> None:

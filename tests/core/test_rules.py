@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 import pytest
 
 from kclasync import ConfigError, ConsumerConfig, InitialPosition
-from kclasync._core.checkpoint_rules import validate_checkpoint
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease
-from kclasync._core.position import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
+from kclasync._core.leases.checkpoint_rules import validate_checkpoint
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
 from kclasync.errors import InvalidCheckpointError
 
 

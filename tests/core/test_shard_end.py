@@ -1,4 +1,4 @@
-"""Tests for kclasync._core.shard_end on graph A (``tests/core/graph_a.py``): the child leases a
+"""Tests for _core.lineage.shard_end on graph A (``tests/core/graph_a.py``): the child leases a
 shard read to its end needs, created before its SHARD_END checkpoint, and the gate that lets a
 child start only after its parents finished.
 """
@@ -9,16 +9,20 @@ import attrs
 import pytest
 
 from kclasync._adapters.protocols import ChildShard
-from kclasync._core.position import (
+from kclasync._core.leases.position import (
     LATEST,
     SHARD_END,
     TRIM_HORIZON,
     Checkpoint,
     InitialPosition,
 )
-from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
-from kclasync._core.shard_end import ChildLeasePlan, child_leases_at_shard_end, parents_finished
-from kclasync._core.shard_lineage import plan_new_leases
+from kclasync._core.lineage.shard import MAX_HASH_KEY, HashRange, Shard
+from kclasync._core.lineage.shard_end import (
+    ChildLeasePlan,
+    child_leases_at_shard_end,
+    parents_finished,
+)
+from kclasync._core.lineage.shard_lineage import plan_new_leases
 from tests.core.graph_a import (
     GRAPH_A,
     GRAPH_A_BY_ID,

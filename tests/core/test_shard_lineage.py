@@ -1,4 +1,4 @@
-"""Tests for kclasync._core.shard_lineage: the conformance table of kcl-protocol.md section 7 on
+"""Tests for _core.lineage.shard_lineage: the conformance table of kcl-protocol.md section 7 on
 graph A (``tests/core/graph_a.py``), and the hash-range auditor's holes.
 
 The child leases at SHARD_END and the parent gate are in test_shard_end.py; random split/merge
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import attrs
 import pytest
 
-from kclasync._core.lease import Lease
-from kclasync._core.position import (
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import (
     AT_TIMESTAMP,
     LATEST,
     SHARD_END,
@@ -22,9 +22,13 @@ from kclasync._core.position import (
     InitialPosition,
     InitialPositionKind,
 )
-from kclasync._core.shard import MAX_HASH_KEY, HashRange
-from kclasync._core.shard_end import ChildLeasePlan, child_leases_at_shard_end, parents_finished
-from kclasync._core.shard_lineage import hash_range_holes, plan_new_leases
+from kclasync._core.lineage.shard import MAX_HASH_KEY, HashRange
+from kclasync._core.lineage.shard_end import (
+    ChildLeasePlan,
+    child_leases_at_shard_end,
+    parents_finished,
+)
+from kclasync._core.lineage.shard_lineage import hash_range_holes, plan_new_leases
 from tests.core.graph_a import (
     GRAPH_A,
     GRAPH_A_BY_ID,

@@ -1,8 +1,8 @@
-"""The settling wait before a worker's first taking round (kclasync._core.startup)."""
+"""The settling wait before a worker's first taking round (kclasync._core.assignment.startup)."""
 
 from __future__ import annotations
 
-from kclasync._core.startup import SETTLE_CAP, first_round_delay, settle_time
+from kclasync._core.assignment.startup import SETTLE_CAP, first_round_delay, settle_time
 
 
 def test_a_lone_worker_does_not_wait() -> None:

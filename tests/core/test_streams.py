@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kclasync._core.lease import Lease
-from kclasync._core.streams import StreamIdentity, parse_multi_stream_key
+from kclasync._core.leases.lease import Lease
+from kclasync._core.lineage.streams import StreamIdentity, parse_multi_stream_key
 
 
 def test_key_round_trip_and_shard_id() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 import attrs
 import pytest
 
-from kclasync._core import worker_metrics as wm
-from kclasync._core import worker_metrics_item as wi
+from kclasync._core.workers import worker_metrics as wm
+from kclasync._core.workers import worker_metrics_item as wi
 
 #: An entry the Java KCL 3.1.3 wrote (read back from its table in the interop run): no CPU
 #: metric available, so empty maps.

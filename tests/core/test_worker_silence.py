@@ -7,13 +7,13 @@ import random
 from collections.abc import Sequence
 
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
-from kclasync._core import worker_metrics as wm
-from kclasync._core import worker_metrics_item as wi
-from kclasync._core.balanced_taker import BalancedLeaseTaker
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease
-from kclasync._core.lease_taker import Kcl2LeaseTaker
-from kclasync._core.worker_silence import (
+from kclasync._core.assignment.balanced_taker import BalancedLeaseTaker
+from kclasync._core.assignment.lease_taker import Kcl2LeaseTaker
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.workers import worker_metrics as wm
+from kclasync._core.workers import worker_metrics_item as wi
+from kclasync._core.workers.worker_silence import (
     RECHECK_SLACK,
     HeartbeatView,
     SilentLeaseCheck,

@@ -18,9 +18,9 @@ from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordin
 from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
 from kclasync._adapters.worker_registry import worker_metrics_table_name
-from kclasync._core.leader_lock import LEADER_LOCK_KEY
-from kclasync._core.lease import Lease
-from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._core.leases.leader_lock import LEADER_LOCK_KEY
+from kclasync._core.leases.lease import Lease
+from kclasync._core.workers.worker_metrics import WorkerMetrics
 from kclasync.testing.emulators import free_port
 
 

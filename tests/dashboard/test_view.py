@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kclasync._core.leader_lock import LockItem
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.leader_lock import LockItem
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
 from kclasync.dashboard._source import parse_worker_metrics
 from kclasync.dashboard._view import (
     FleetRead,

@@ -101,7 +101,7 @@ _FILES = {
     "errors.py",
     "_cli_errors.py",
     "_core/__init__.py",
-    "_core/lease.py",
+    "_core/leases/lease.py",
     "_runtime/worker.py",
     "_simulation/__init__.py",
     "_simulation/worker.py",
@@ -118,7 +118,7 @@ def _page(floors: str, decisions: str = "", rest: str = "") -> str:
 def test_the_checker_accepts_a_complete_page() -> None:
     page = _page(
         "`__init__.py`, `kclasync/errors.py`, `_cli_errors.py`, `_core/`, `_simulation/*`",
-        "| lease | `_core/lease.py` | `_runtime/worker.py` |",
+        "| lease | `_core/leases/lease.py` | `_runtime/worker.py` |",
     )
     assert unnamed(page, _FILES) == []
     assert nonexistent(page, _FILES) == []
@@ -126,7 +126,7 @@ def test_the_checker_accepts_a_complete_page() -> None:
 
 def test_the_checker_sees_a_missing_module_and_counts_paths_only_whole() -> None:
     page = _page(
-        "`_cli_errors.py`, `_core/lease.py`, `_simulation/worker.py`",
+        "`_cli_errors.py`, `_core/leases/lease.py`, `_simulation/worker.py`",
         rest="`__init__.py`, `_runtime/worker.py`, `_simulation/*`, `_core/`",
     )
     assert unnamed(page, _FILES) == [
@@ -140,7 +140,7 @@ def test_the_checker_sees_a_missing_module_and_counts_paths_only_whole() -> None
 
 def test_the_checker_sees_a_path_that_does_not_exist() -> None:
     page = _page(
-        "`_core/lease.py`",
+        "`_core/leases/lease.py`",
         rest="`kclasync/_core/gone.py`, `spark/*`, `tests/test_layers.py`, `docs/x.py`",
     )
     assert nonexistent(page, _FILES) == ["_core/gone.py", "spark/*"]

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from kclasync import LeaseLostError, ShardBatch, StreamNotFoundError
-from kclasync._core.position import TRIM_HORIZON
+from kclasync._core.leases.position import TRIM_HORIZON
 from kclasync.testing.emulators import LocalAws
 from tests.support import Aws, aws_for, wait_until
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from kclasync._core.position import TRIM_HORIZON
+from kclasync._core.leases.position import TRIM_HORIZON
 from kclasync.testing.emulators import LocalAws
 from tests.support import Tally, aws_for, wait_until
 

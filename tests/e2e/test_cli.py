@@ -9,8 +9,8 @@ import re
 import pytest
 
 from kclasync._cli import main
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
 from kclasync._demo import DemoSettings, run_demo
 from kclasync.testing.emulators import LocalAws
 from tests.support import aws_for

@@ -18,7 +18,7 @@ from kclasync import (
 )
 from kclasync._adapters import lease_codec
 from kclasync._adapters.backends import AdapterBackend
-from kclasync._core.position import TRIM_HORIZON, Checkpoint
+from kclasync._core.leases.position import TRIM_HORIZON, Checkpoint
 from kclasync._processor import Checkpointer
 from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws
@@ -211,7 +211,7 @@ async def test_store_rejects_checkpoint_with_stale_counter(
 ) -> None:
     async with aws_for(moto, unique_name) as aws:
         await aws.store.ensure_table()
-        from kclasync._core.lease import Lease
+        from kclasync._core.leases.lease import Lease
 
         assert await aws.store.create_lease(Lease(key="shard-a"))
         assert not await aws.store.create_lease(Lease(key="shard-a"))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kclasync._core.kpl import MAGIC, UserRecord, aggregate
+from kclasync._core.records.kpl import MAGIC, UserRecord, aggregate
 from kclasync._processor import Checkpointer, ShardInfo
 from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws

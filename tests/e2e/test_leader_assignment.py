@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from kclasync._cli import main
-from kclasync._core.shard import Shard
+from kclasync._core.lineage.shard import Shard
 from kclasync.testing.emulators import LocalAws
 from tests.e2e.test_balancing import no_handoffs, owners, producing, running
 from tests.support import Tally, aws_for, wait_until

@@ -19,9 +19,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer
-from kclasync._core.lease import Lease
-from kclasync._core.shard import Shard
-from kclasync._core.streams import parse_multi_stream_key
+from kclasync._core.leases.lease import Lease
+from kclasync._core.lineage.shard import Shard
+from kclasync._core.lineage.streams import parse_multi_stream_key
 from kclasync._processor import Checkpointer, ShardInfo
 from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws

@@ -10,8 +10,8 @@ import pytest
 from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
 from kclasync._adapters.worker_registry import worker_metrics_table_name
 from kclasync._cli import main
-from kclasync._core.lease import Lease
-from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._core.leases.lease import Lease
+from kclasync._core.workers.worker_metrics import WorkerMetrics
 from kclasync.testing.emulators import LocalAws
 from tests.support import aws_for
 

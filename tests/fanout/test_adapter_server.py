@@ -25,7 +25,7 @@ from kclasync._adapters.protocols import (
     ShardNotFoundError,
     StartingPosition,
 )
-from kclasync._core.fanout_session import ResubscribePolicy
+from kclasync._core.records.fanout_session import ResubscribePolicy
 from kclasync._runtime.fanout_cursor import FanOutCursor
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync.errors import ThrottledError, TransientError

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kclasync._core.fanout_session import (
+from kclasync._core.records.fanout_session import (
     Action,
     Decision,
     Ending,

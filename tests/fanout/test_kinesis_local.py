@@ -18,7 +18,7 @@ from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.fanout_errors import SubscriptionDroppedError
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._adapters.protocols import IteratorType, StartingPosition
-from kclasync._core.fanout_session import ResubscribePolicy
+from kclasync._core.records.fanout_session import ResubscribePolicy
 from kclasync._runtime.fanout_cursor import FanOutCursor
 from kclasync.testing.emulators import LocalAws
 from kclasync.testing.fanout_proxy import KinesisLocalFanOutRelay

@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kclasync import ConsumerConfig
-from kclasync._core.position import InitialPosition
+from kclasync._core.leases.position import InitialPosition
 from kclasync.errors import ConfigError
 from tests.fuzz.profile import FUZZ
 

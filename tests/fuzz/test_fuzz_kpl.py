@@ -12,7 +12,7 @@ import hashlib
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kclasync._core.kpl import (
+from kclasync._core.records.kpl import (
     MAGIC,
     KplFormatError,
     UserRecord,

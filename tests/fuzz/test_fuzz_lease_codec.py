@@ -16,9 +16,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kclasync._adapters import lease_codec as c
-from kclasync._core.lease import CorruptLeaseError, Lease, StickyMode
-from kclasync._core.position import Checkpoint, Sentinel
-from kclasync._core.shard import MAX_HASH_KEY, HashRange
+from kclasync._core.leases.lease import CorruptLeaseError, Lease, StickyMode
+from kclasync._core.leases.position import Checkpoint, Sentinel
+from kclasync._core.lineage.shard import MAX_HASH_KEY, HashRange
 from tests.fuzz.profile import FUZZ
 
 ATTRIBUTES = [

@@ -23,7 +23,7 @@ import pytest
 from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordinator_table_name
 from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
 from kclasync._adapters.worker_registry import worker_metrics_table_name
-from kclasync._core.client_version import ClientVersion
+from kclasync._core.leases.client_version import ClientVersion
 from kclasync.testing.emulators import LocalAws
 from tests.interop.fleet import KCLASYNC_CONFIG, Producer
 from tests.interop.java_kcl import JavaKcl

@@ -38,7 +38,7 @@ import pytest
 
 from kclasync._adapters.worker_metrics_table import DynamoWorkerMetrics
 from kclasync._adapters.worker_registry import worker_metrics_table_name
-from kclasync._core import worker_metrics as wm
+from kclasync._core.workers import worker_metrics as wm
 from kclasync.testing.emulators import LocalAws
 from tests.interop.fleet import (
     Delivery,

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kclasync._core.position import TRIM_HORIZON, Checkpoint
+from kclasync._core.leases.position import TRIM_HORIZON, Checkpoint
 from kclasync._processor import ShardInfo
 from kclasync._records import Record
 from kclasync.errors import InvalidCheckpointError, LeaseLostError

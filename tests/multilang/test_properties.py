@@ -11,7 +11,7 @@ import pytest
 
 from kclasync._cli import main
 from kclasync._config import LeaseTakerKind, RetrievalMode
-from kclasync._core.position import InitialPositionKind
+from kclasync._core.leases.position import InitialPositionKind
 from kclasync.multilang.properties import PropertiesError, split_command
 from kclasync.multilang.settings import load_settings
 

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
 from kclasync._config import LeaseTakerKind
-from kclasync._core.balanced_taker import BalancedLeaseTaker
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.assignment.balanced_taker import BalancedLeaseTaker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
 from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment
 from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
@@ -269,7 +269,7 @@ async def test_a_handoff_from_a_java_owner_is_watched_without_writing_until_it_l
 
 
 async def test_a_leader_counts_a_java_worker_live_between_its_30_s_reports() -> None:
-    from kclasync._core.worker_metrics import WorkerMetrics
+    from kclasync._core.workers.worker_metrics import WorkerMetrics
 
     table = MemoryLeaseTable()
     a = coordinator("a", table)

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from kclasync import Consumer, ConsumerConfig
 from kclasync._adapters.backends import AdapterBackend
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
-from kclasync._core.position import SHARD_END, TRIM_HORIZON
+from kclasync._core.leases.position import SHARD_END, TRIM_HORIZON
 from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
 

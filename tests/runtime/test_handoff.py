@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._adapters.protocols import LeaseScan
-from kclasync._core.balanced_taker import BalancedLeaseTaker
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.assignment.balanced_taker import BalancedLeaseTaker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
 from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.wiring import lease_coordinator

@@ -11,8 +11,8 @@ from kclasync._adapters.coordinator_state import DynamoCoordinatorState
 from kclasync._adapters.dynamodb import DynamoLeaseStore
 from kclasync._adapters.memory import MemoryCoordinatorState, MemoryLeaseStore, MemoryLeaseTable
 from kclasync._adapters.protocols import CoordinatorStateStore
-from kclasync._core.lease import Lease
-from kclasync._core.position import SHARD_END
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import SHARD_END
 from kclasync._runtime.leader import LeaderElector
 from kclasync.testing.emulators import LocalAws
 from tests.runtime.virtual import in_virtual_time

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
-from kclasync._core.client_version import decode_migration_item
+from kclasync._core.leases.client_version import decode_migration_item
 from kclasync._records import Record
 from kclasync.testing import MemoryBackend
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kclasync._adapters.coordinator_state import DynamoCoordinatorState
-from kclasync._core.leader_lock import LeaderLockState, LockAction
+from kclasync._core.leases.leader_lock import LeaderLockState, LockAction
 from kclasync.testing.emulators import LocalAws
 
 pytestmark = pytest.mark.asyncio

@@ -127,7 +127,7 @@ def test_runtime_parts_hold_only_wrapped_adapters() -> None:
                     "kclasync._adapters.cpu_metrics",
                     "kclasync._adapters.backends",
                     # Fan-out subscriptions resubscribe by their own policy
-                    # (``_core/fanout_session.py``), not the request retry table.
+                    # (``_core/records/fanout_session.py``), not the request retry table.
                     "kclasync._adapters.fanout",
                     "kclasync._adapters.fanout_errors",
                     "kclasync._adapters.fanout_subscription",

@@ -9,9 +9,9 @@ import asyncio
 
 from kclasync import ConsumerConfig
 from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease
-from kclasync._core.position import SHARD_END, TRIM_HORIZON
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import SHARD_END, TRIM_HORIZON
 from kclasync._runtime.shard_sync import ShardSync
 from tests.runtime.virtual import in_virtual_time
 

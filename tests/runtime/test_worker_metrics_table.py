@@ -15,8 +15,8 @@ from kclasync._adapters.worker_metrics_table import (
     remove_legacy_registry_items,
 )
 from kclasync._adapters.worker_registry import WorkerRegistry, worker_metrics_table_name
-from kclasync._core import worker_metrics as wm
-from kclasync._core.lease import Lease
+from kclasync._core.leases.lease import Lease
+from kclasync._core.workers import worker_metrics as wm
 from kclasync.testing.emulators import LocalAws
 
 pytestmark = pytest.mark.asyncio

@@ -19,8 +19,8 @@ from kclasync._adapters.memory import (
     MemoryStreamClient,
 )
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
-from kclasync._core import worker_metrics as wm
-from kclasync._core import worker_metrics_item as wi
+from kclasync._core.workers import worker_metrics as wm
+from kclasync._core.workers import worker_metrics_item as wi
 from kclasync._records import Record
 from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync.errors import ConfigError

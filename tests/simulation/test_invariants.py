@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from kclasync._core.lease import Lease
-from kclasync._core.position import SHARD_END, TRIM_HORIZON, Checkpoint
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import SHARD_END, TRIM_HORIZON, Checkpoint
 from kclasync._simulation.invariants import InvariantChecker
 
 F = 10.0

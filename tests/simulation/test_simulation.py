@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import attrs
 import pytest
 
-from kclasync._core import balanced_taker
-from kclasync._core.held_lease import HeldLease
-from kclasync._core.lease import Lease
-from kclasync._core.lease_taker import TakeView
+from kclasync._core.assignment import balanced_taker
+from kclasync._core.assignment.lease_taker import TakeView
+from kclasync._core.leases.held_lease import HeldLease
+from kclasync._core.leases.lease import Lease
 from kclasync._runtime.held import HeldLeases
 from kclasync._simulation import SimulationSettings, format_report, run_simulation
 from kclasync._simulation.faults import ALL_FAULTS

@@ -15,9 +15,9 @@ import orjson
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from kclasync._core.kpl import UserRecord, aggregate
-from kclasync._core.lease import Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint
+from kclasync._core.records.kpl import UserRecord, aggregate
 from kclasync.testing.emulators import LocalAws
 from tests.spark.support import source_options
 from tests.support import aws_for

@@ -9,7 +9,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from kclasync._core.shard import Shard
+from kclasync._core.lineage.shard import Shard
 from kclasync.testing.emulators import LocalAws
 from tests.spark.support import create_and_produce, produce, source_options
 from tests.support import aws_for, wait_until

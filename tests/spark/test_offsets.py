@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kclasync._adapters.protocols import ChildShard
-from kclasync._core.position import InitialPosition
-from kclasync._core.shard import HashRange, Shard
+from kclasync._core.leases.position import InitialPosition
+from kclasync._core.lineage.shard import HashRange, Shard
 from kclasync.spark.offsets import (
     ShardPosition,
     ShardProgress,

@@ -13,9 +13,9 @@ from typing import TypeVar
 
 from kclasync._adapters.memory.faults import FaultPlan, with_faults
 from kclasync._adapters.memory.lease_table import holds
-from kclasync._core import lease_rules as rules
-from kclasync._core.client_version import MIGRATION_KEY, MigrationState
-from kclasync._core.leader_lock import LockItem
+from kclasync._core.leases import lease_rules as rules
+from kclasync._core.leases.client_version import MIGRATION_KEY, MigrationState
+from kclasync._core.leases.leader_lock import LockItem
 
 _T = TypeVar("_T")
 

@@ -22,9 +22,9 @@ from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._adapters.protocols import (
     LeaseScan,
 )
-from kclasync._core import lease_rules as rules
-from kclasync._core.lease import CorruptLeaseError, Lease
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases import lease_rules as rules
+from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.leases.position import Checkpoint
 
 _T = TypeVar("_T")
 

@@ -23,7 +23,7 @@ from kclasync._adapters.protocols import (
     ShardNotFoundError,
     StartingPosition,
 )
-from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
+from kclasync._core.lineage.shard import MAX_HASH_KEY, HashRange, Shard
 from kclasync._records import Record
 
 DEFAULT_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)

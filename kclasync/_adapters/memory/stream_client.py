@@ -23,8 +23,8 @@ from kclasync._adapters.protocols import (
     ShardNotFoundError,
     StartingPosition,
 )
-from kclasync._core.shard import Shard
-from kclasync._core.streams import StreamIdentity
+from kclasync._core.lineage.shard import Shard
+from kclasync._core.lineage.streams import StreamIdentity
 from kclasync.errors import StreamNotFoundError
 
 #: The account id in-memory streams report (``describe_stream``), as kinesis-local's default.

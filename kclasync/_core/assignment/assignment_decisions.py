@@ -18,10 +18,10 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease, StickyMode
-from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, Plan, WorkerLoad
-from kclasync._core.worker_metrics import CPU, WorkerMetrics
+from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, Plan, WorkerLoad
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease, StickyMode
+from kclasync._core.workers.worker_metrics import CPU, WorkerMetrics
 
 __all__ = [
     "MAX_CONSECUTIVE_FAILURES",

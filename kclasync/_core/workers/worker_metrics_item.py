@@ -3,7 +3,7 @@
 Owns: the attribute names, encoding a ``WorkerMetrics`` value, tolerant decoding (an item that
 cannot be read raises ``CorruptWorkerMetricsError``; ``decode_items`` skips and counts such
 items), and each worker's liveness marks in one read of the table (``presence_marks``).
-Must not: do I/O, read clocks, or judge entries (``kclasync._core.worker_metrics`` holds the
+Must not: do I/O, read clocks, or judge entries (``kclasync._core.workers.worker_metrics`` holds the
 value type and the rules a KCL 3.x leader applies).
 
 The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against the jar):
@@ -41,7 +41,7 @@ from typing import Any
 import attrs
 import orjson
 
-from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._core.workers.worker_metrics import WorkerMetrics
 from kclasync.errors import KclAsyncError
 
 WORKER_ID = "wid"

@@ -15,9 +15,9 @@ from typing import Final, Protocol
 
 import attrs
 
-from kclasync._core.lease import Lease
-from kclasync._core.position import TRIM_HORIZON
-from kclasync._core.shard import HashRange, Shard
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import TRIM_HORIZON
+from kclasync._core.lineage.shard import HashRange, Shard
 
 CHILD_START: Final = TRIM_HORIZON
 """Where a child lease starts: the beginning, so nothing between the parents' end and it is lost."""

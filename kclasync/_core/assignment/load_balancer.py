@@ -33,7 +33,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from kclasync._core.load_assignment import (
+from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
     LeaseLoad,
     LoadModel,

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from kclasync._core.lease import Lease
-from kclasync._core.shard import HashRange
-from kclasync._core.shard_end import parents_finished
+from kclasync._core.leases.lease import Lease
+from kclasync._core.lineage.shard import HashRange
+from kclasync._core.lineage.shard_end import parents_finished
 
 __all__ = [
     "CleanupTracker",

@@ -6,7 +6,7 @@ Owns: the value type of one worker's entry, the rules a KCL 3.x leader applies t
 which lease-table keys are the registry items of earlier kclasync versions (the one-time
 migration).
 
-The item's attributes and their codec: ``kclasync._core.worker_metrics_item``. ``cap``, ``impl``,
+The item's attributes and their codec: ``_core.workers.worker_metrics_item``. ``cap``, ``impl``,
 ``hb`` and ``hbi`` are kclasync's own; a KCL 3.x leader ignores attributes it does not know.
 
 Metric short names: ``C`` CPU, ``M`` memory, ``NI``/``NO`` network in/out (percent of the

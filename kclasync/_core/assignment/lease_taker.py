@@ -17,8 +17,8 @@ from typing import Protocol
 
 import attrs
 
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease, StickyMode
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease, StickyMode
 
 
 @attrs.frozen

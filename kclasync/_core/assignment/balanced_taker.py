@@ -88,8 +88,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from kclasync._core.lease import Lease, StickyMode
-from kclasync._core.lease_taker import TakePlan, TakeView, is_assignable, is_stealable
+from kclasync._core.assignment.lease_taker import TakePlan, TakeView, is_assignable, is_stealable
+from kclasync._core.leases.lease import Lease, StickyMode
 
 
 class FromView(enum.Enum):

@@ -45,10 +45,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
-from kclasync._core.expiry import ExpiryTracker
-from kclasync._core.lease import Lease
-from kclasync._core.lease_taker import TakeView
-from kclasync._core.worker_metrics import WorkerMetrics
+from kclasync._core.assignment.lease_taker import TakeView
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
+from kclasync._core.workers.worker_metrics import WorkerMetrics
 
 #: The default heartbeat period is the failover time over this ...
 HEARTBEAT_DIVISOR = 20

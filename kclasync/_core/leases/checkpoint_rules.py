@@ -7,7 +7,7 @@ Must not: do I/O.
 
 from __future__ import annotations
 
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.position import Checkpoint
 from kclasync.errors import InvalidCheckpointError
 
 

@@ -10,7 +10,7 @@ Must not: hold settings or their defaults (``kclasync._config``), read a clock o
 
 from __future__ import annotations
 
-from kclasync._core.worker_silence import default_heartbeat_interval
+from kclasync._core.workers.worker_silence import default_heartbeat_interval
 
 #: Registry entries carry whole seconds (``lut``): a worker's entry may stand still this much
 #: longer than its report period without the worker being dead.

@@ -12,8 +12,8 @@ import enum
 
 import attrs
 
-from kclasync._core.position import Checkpoint
-from kclasync._core.shard import HashRange
+from kclasync._core.leases.position import Checkpoint
+from kclasync._core.lineage.shard import HashRange
 
 
 class StickyMode(enum.Enum):

@@ -38,7 +38,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from kclasync._core.load_assignment import FleetSnapshot, LeaseLoad, Move, Plan
+from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, Move, Plan
 
 __all__ = ["Kcl3Settings", "is_balancing_run", "plan_kcl3"]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from kclasync._core.lease import Lease
+from kclasync._core.leases.lease import Lease
 
 # Stamp for a lease that has been available since before this worker looked.
 NEVER = float("-inf")

@@ -55,8 +55,8 @@ import enum
 
 import attrs
 
-from kclasync._core.lease import Lease, StickyMode
-from kclasync._core.position import Checkpoint
+from kclasync._core.leases.lease import Lease, StickyMode
+from kclasync._core.leases.position import Checkpoint
 
 
 class HeldLeaseError(Exception):

@@ -30,8 +30,8 @@ from typing import Final
 
 import attrs
 
-from kclasync._core.lease import Lease
-from kclasync._core.position import (
+from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import (
     AT_TIMESTAMP,
     LATEST,
     TRIM_HORIZON,
@@ -39,8 +39,8 @@ from kclasync._core.position import (
     InitialPosition,
     InitialPositionKind,
 )
-from kclasync._core.shard import MAX_HASH_KEY, HashRange, Shard
-from kclasync._core.shard_end import LeaseKeyFn
+from kclasync._core.lineage.shard import MAX_HASH_KEY, HashRange, Shard
+from kclasync._core.lineage.shard_end import LeaseKeyFn
 
 __all__ = [
     "LeaseKeyFn",
