@@ -29,6 +29,7 @@ EARLY_FOLDERS = ("simulation",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (``--dist loadgroup``)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The JVM tests are one xdist group, and come first: they are the longest share of the
     suite on one worker (about 7 minutes), so they start while the other workers take the rest.
