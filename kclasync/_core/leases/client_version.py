@@ -3,11 +3,8 @@ what kclasync does in each client version.
 
 Owns: decoding the item's client version (``cv``) tolerantly, and the one decision made from it:
 whether the Java workers of the fleet follow a leader's assignment (KCL 3.x) or take leases
-themselves (KCL 2.x compatible), and so how a kclasync worker spreads leases (``lease_mode``):
-in a fleet whose Java workers follow a leader, every kclasync worker runs the leader-assigned
-behaviour whatever its configured lease taker, so that a kclasync leader assigns the Java
-workers their share and no kclasync follower takes leases behind the Java leader's back.
-kclasync only reads the item: the Java migration state machine owns it.
+themselves (KCL 2.x compatible), so a kclasync worker can say at start whether its lease taking
+fits. kclasync only reads the item: the Java migration state machine owns it.
 Must not: do I/O, or ever produce a write to the item.
 """
 
@@ -71,40 +68,3 @@ def java_fleet_follows_leader(state: MigrationState | None) -> bool | None:
     if state is None or state.version is None or state.version is ClientVersion.INIT:
         return None
     return state.version in LEADER_ASSIGNS
-
-
-@attrs.frozen
-class LeaseMode:
-    """How a kclasync worker spreads leases, and why."""
-
-    #: True: the leader assigns (the ``kcl3`` behaviour unless ``load`` is configured) and this
-    #: worker processes what is assigned to it; False: it takes leases itself.
-    leader_assigns: bool
-    reason: str
-
-
-def lease_mode(state: MigrationState | None, *, configured_leader_based: bool) -> LeaseMode:
-    """The lease mode of a kclasync worker on a table in ``state``.
-
-    A configured leader-based taker (``kcl3``, ``load``) always assigns: its leader counts
-    every worker that reports to the worker registry, Java ones included. A worker-side taker
-    (``balanced``, ``kcl2``) is kept while no Java worker follows a leader (no item, ``INIT``,
-    ``2X``, ``UPGRADE_FROM_2X``, an unknown version); in ``3X`` and ``3X_WITH_ROLLBACK`` the
-    Java workers only process what a leader assigns, and a kclasync leader that never assigns
-    would starve them, so the worker switches to the leader-assigned behaviour (and back, on a
-    rollback to ``2X``)."""
-    if configured_leader_based:
-        return LeaseMode(True, "the configured lease taker is leader-based")
-    if java_fleet_follows_leader(state):
-        assert state is not None
-        return LeaseMode(
-            True,
-            f"the Java KCL on this table runs {state.raw}: its workers only process what a "
-            "leader assigns, so a kclasync leader must assign (the kcl3 behaviour)",
-        )
-    if state is None:
-        return LeaseMode(False, "no Java KCL 3.x worker has run on this table")
-    return LeaseMode(
-        False,
-        f"the Java KCL on this table runs {state.raw}: its workers take leases themselves",
-    )
