@@ -89,9 +89,12 @@ async def test_the_leader_moves_load_off_the_hot_shards_worker(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Six shards, one with 10x the traffic, three workers with the real CPU reader and equal
-    configured capacities: count balancing would give every worker two shards; the load-aware
-    leader leaves the hot shard's worker with fewer shards than each of the others."""
+    """Six shards, one with 5x the traffic of each other, three workers with the real CPU reader
+    and equal configured capacities: count balancing would give every worker two shards; the
+    load-aware leader leaves the hot shard's worker with fewer shards than each of the others.
+    (The hot shard alone is above the fleet's level, so it sets the peak the others are judged
+    against: a second shard must put its worker clearly above that peak to be moved, hence 2
+    records per other shard, not 1.)"""
     config = {
         **LOAD,
         "rebalance_threshold_percent": 15.0,
@@ -107,11 +110,11 @@ async def test_the_leader_moves_load_off_the_hot_shards_worker(
         stop = asyncio.Event()
 
         async def produce() -> None:
-            # Every 0.2 s: 10 records of ~1 KB to the hot shard, 1 to each of the others.
+            # Every 0.2 s: 10 records of ~1 KB to the hot shard, 2 to each of the others.
             while not stop.is_set():
                 batch = []
                 for shard_id, shard_keys in keys.items():
-                    for n in range(10 if shard_id == hot else 1):
+                    for n in range(10 if shard_id == hot else 2):
                         rid = aws.next_id
                         aws.next_id += 1
                         data = orjson.dumps({"id": rid, "pad": pad})
