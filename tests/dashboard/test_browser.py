@@ -177,7 +177,11 @@ async def check_history(page: Any, victim: str, rows: list[list[str]]) -> None:
 
     await wait_until(timeline_shows_takeover, 30, f"the timeline shows {victim}'s leases moving")
     bars = json.loads(await page.evaluate(TIMELINE))
-    assert {bars[key][-1][1] for key in lost} == {"taken after expiry"}, bars
+    # Each of the victim's leases was taken after its expiry, except one that a rebalance was
+    # already handing over when the worker was killed (the handoff then completed).
+    reasons = {bars[key][-1][1] for key in lost}
+    assert "taken after expiry" in reasons, bars
+    assert reasons <= {"taken after expiry", "handed over"}, bars
 
     async def points_for_every_worker() -> bool:
         rate = json.loads(await page.evaluate(POINTS.format(chart="chart-rate")))
