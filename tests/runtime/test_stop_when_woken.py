@@ -20,16 +20,13 @@ import ast
 import asyncio
 import contextlib
 import pathlib
-import random
 from collections.abc import Callable, Sequence
 
-from prometheus_client import CollectorRegistry
-
-from kclasync import Consumer, ConsumerConfig
-from kclasync._adapters.backends import AdapterBackend
-from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
+from kclasync import Consumer
+from kclasync._adapters.memory import MemoryLeaseTable, MemoryStreamClient
 from kclasync._records import Record
 from kclasync._runtime.worker import Worker
+from tests.runtime.test_early_failover import consumer
 from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
 
@@ -42,27 +39,6 @@ STOP_LIMIT = 60.0
 
 async def ignore(records: Sequence[Record]) -> None:
     return None
-
-
-def consumer(
-    table: MemoryLeaseTable, client: MemoryStreamClient, name: str, **cfg: object
-) -> Consumer:
-    settings: dict[str, object] = {
-        "failover_time": 10.0,
-        "initial_position": "TRIM_HORIZON",
-        "idle_time_between_reads": 0.5,
-        "worker_id": name,
-        **cfg,
-    }
-    return Consumer(
-        stream_name=STREAM,
-        application_name="app",
-        processor=ignore,
-        config=ConsumerConfig(**settings),  # type: ignore[arg-type]
-        backend=AdapterBackend(MemoryLeaseStore(table), client),
-        registry=CollectorRegistry(),
-        rng=random.Random(name),
-    )
 
 
 def worker_of(c: Consumer) -> Worker:
