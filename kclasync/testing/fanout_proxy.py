@@ -34,6 +34,11 @@ class KinesisLocalFanOutRelay(HttpRelay):
     """``async with KinesisLocalFanOutRelay(upstream) as url:`` Kinesis calls to ``url`` reach
     kinesis-local at ``upstream``; fan-out answers are completed as the service sends them."""
 
+    # A subscriber that closes its connection ends its subscription at once, as with the
+    # service; otherwise the relay would hold kinesis-local's stream open until its next
+    # write, and a new subscription to the shard would meet ResourceInUse meanwhile.
+    cancel_on_disconnect = True
+
     def __init__(self, upstream: str, region: str = "us-east-1") -> None:
         super().__init__()
         self.upstream = upstream.rstrip("/")

@@ -41,6 +41,10 @@ def relayed_headers(headers: Mapping[str, str]) -> dict[str, str]:
 class HttpRelay:
     """``async with relay as url:`` serves on ``url`` until the block ends."""
 
+    #: Cancel a request's handler when its client disconnects (aiohttp's
+    #: ``handler_cancellation``), so that the upstream call ends with it.
+    cancel_on_disconnect = False
+
     def __init__(self) -> None:
         self.url = ""
         self._runner: web.AppRunner | None = None
@@ -54,7 +58,12 @@ class HttpRelay:
         await self._started(self._exit)
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            handler_cancellation=self.cancel_on_disconnect,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

@@ -194,8 +194,9 @@ async def check_history(page: Any, victim: str, rows: list[list[str]]) -> None:
     failures = json.loads(await page.evaluate(POINTS.format(chart="chart-failures")))
     assert set(failures) == {"renewal failures", "processor errors"}
 
-    tip = await page.evaluate(HOVER.format(lease=lost[0]))
-    new_owner = bars[lost[0]][-1][0]
+    expired = next(key for key in lost if bars[key][-1][1] == "taken after expiry")
+    tip = await page.evaluate(HOVER.format(lease=expired))
+    new_owner = bars[expired][-1][0]
     assert f"owner: {new_owner}" in tip and "reason: taken after expiry" in tip, tip
     assert "start: " in tip and "end: (holds it now)" in tip, tip
 

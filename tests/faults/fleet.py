@@ -147,10 +147,14 @@ class LeaseWatch:
         self.moves: list[tuple[float, str, str | None, str | None]] = []
         self.view_overlaps: list[tuple[float, str, list[str]]] = []
         self.counting = False
+        # The first scan begun after ``counting`` was set is the baseline: the scan before it
+        # may predate the last moves of the warm-up, which are not the fault phases' moves.
+        self._baseline_taken = False
 
     async def run(self, every: float = 0.25) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            armed = self.counting
             views: dict[str, list[str]] = defaultdict(list)
             for w in self.workers:
                 for key in w.held_leases:
@@ -164,9 +168,12 @@ class LeaseWatch:
                     before = self.owners.get(lease.key)
                     # A move: from one owner to another or to none (a lease released); the
                     # first owner of an unowned lease is no move.
-                    if self.counting and before is not None and before != lease.owner:
+                    moved = before is not None and before != lease.owner
+                    if armed and self._baseline_taken and moved:
                         self.moves.append((loop.time(), lease.key, before, lease.owner))
                     self.owners[lease.key] = lease.owner
+                if armed:
+                    self._baseline_taken = True
             await asyncio.sleep(every)
 
 

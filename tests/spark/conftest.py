@@ -40,6 +40,15 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _no_query_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A query a failed test left running is stopped, so that it cannot fail the next tests."""
+    yield
+    if "spark" in request.fixturenames:
+        for query in request.getfixturevalue("spark").streams.active:
+            query.stop()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The first Spark test also pays for the session's start (5-80 s on a busy machine).
     here = os.path.dirname(__file__)

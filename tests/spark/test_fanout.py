@@ -133,7 +133,10 @@ def test_available_now_over_a_backlog_split_in_the_middle(
             .trigger(availableNow=True)
             .start()
         )
-        assert query.awaitTermination(150)
+        try:
+            assert query.awaitTermination(150), [p["sources"] for p in query.recentProgress[-3:]]
+        finally:
+            query.stop()
         assert query.exception() is None
         operations = Counter(relay.relay.operations)
         shard_ends = relay.relay.shard_ends_sent
