@@ -43,7 +43,7 @@ from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.held_lease import HeldLease, HeldState
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
 from kclasync._core.leases.lease_cleanup import ready_for_deletion
-from kclasync._core.workers.worker_metrics import WorkerMetrics
+from kclasync._core.workers.worker_metrics import WorkerMetrics, entry_timeout
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync.errors import AdapterError
@@ -78,7 +78,11 @@ class LeaderAssignment:
         self.balancer = balancer or BalancerSettings()
         self.kcl3 = kcl3 or Kcl3Settings()
         self.expiry: ExpiryTracker = holder.taking.expiry
-        self._workers = ExpiryTracker(holder.presence.tracker.failover_time)
+        worker_timeout = holder.presence.tracker.failover_time
+        #: Registry entries' ``lut`` changes, one tracker per liveness window
+        #: (``core.worker_metrics.entry_timeout``: kclasync's entries, the Java KCL's).
+        self._workers: dict[float, ExpiryTracker] = {}
+        self._worker_timeout = worker_timeout
         self.streak = FailureStreak()
         #: Assignment runs completed as leader (kcl3 balances on every 3rd).
         self.runs = 0
@@ -99,18 +103,21 @@ class LeaderAssignment:
         """The live workers and their metrics. THE one place that knows where liveness comes
         from: the ``WorkerRegistry`` entries (``<app>-WorkerMetricStats``; an entry is live while
         its ``lut`` keeps changing on this clock), plus this worker."""
-        beats: list[Lease] = []
+        beats: dict[float, list[Lease]] = {}
         metrics: dict[str, WorkerMetrics] = {}
         if self.registry is not None:
             decoded = await self.registry.list_workers()
             for entry in decoded.entries:
                 metrics[entry.worker_id] = entry
-                beats.append(
+                window = entry_timeout(entry, self._worker_timeout)
+                beats.setdefault(window, []).append(
                     Lease(key=entry.worker_id, owner=entry.worker_id, counter=entry.last_update)
                 )
-        self._workers.observe(beats, now)
-        live = {b.key for b in beats if not self._workers.is_expired(b, now)}
-        live.add(self._holder.worker_id)
+        live = {self._holder.worker_id}
+        for window in set(beats) | set(self._workers):
+            tracker = self._workers.setdefault(window, ExpiryTracker(window))
+            tracker.observe(beats.get(window, ()), now)
+            live |= {b.key for b in beats.get(window, ()) if not tracker.is_expired(b, now)}
         return live, metrics
 
     # -- one run ---------------------------------------------------------------------------
@@ -174,7 +181,8 @@ class LeaderAssignment:
     async def run(self) -> None:
         while True:
             started = self._holder.now()
-            if self._elector.is_leader() and self._holder.taking.enabled:
+            taking = self._holder.taking
+            if self._elector.is_leader() and taking.enabled and taking.leader_assigns:
                 try:
                     await self.run_once()
                     self.streak.succeeded()
@@ -307,8 +315,9 @@ class AssignmentDiscovery:
         while True:
             started = self._holder.now()
             try:
-                await self.discover_once()
-                await self.refresh_liveness()
+                if self._holder.taking.leader_assigns:
+                    await self.discover_once()
+                    await self.refresh_liveness()
             except AdapterError as exc:
                 log.info("assignment discovery failed: %s", exc)
             delay = max(0.0, self.interval - (self._holder.now() - started))

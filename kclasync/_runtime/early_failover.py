@@ -127,7 +127,7 @@ class EarlyFailover:
         follow = worth_following(silent, self.view, holder.taking.last_scan)
         self.skipped_silences += len(silent - follow)
         for worker in sorted(follow):
-            if not holder.taking.enabled:
+            if not holder.taking.enabled or holder.taking.leader_assigns:
                 break
             self._following.add(worker)
             self.silences += 1
@@ -239,7 +239,7 @@ class EarlyFailover:
         owner."""
         holder = self._holder
         taking = holder.taking
-        if not taking.enabled:
+        if not taking.enabled or taking.leader_assigns:
             return set()
         expired = [lease for lease in check.expired if not taking.is_excluded(lease.key)]
         now = holder.now()

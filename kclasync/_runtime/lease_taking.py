@@ -67,6 +67,10 @@ class LeaseTaking:
         self.excluded: dict[str, float] = {}
         #: Cleared when the worker stops: rounds still scan, but take nothing.
         self.enabled = True
+        #: Set while a leader assigns the leases (a leader-based taker, or a table whose Java
+        #: workers follow a leader: ``kclasync._core.leases.client_version.lease_mode``): no taking
+        #: round runs, early failover takes nothing, and assignment and discovery run instead.
+        self.leader_assigns = False
         self.last_scan: tuple[Lease, ...] = ()
         #: Loop time the last scan was sent (it shows the table as it was then or later).
         self.last_scan_sent: float | None = None
@@ -226,6 +230,11 @@ class LeaseTaking:
         cause = "startup"
         while True:
             started = self.held.now()
+            if self.leader_assigns:
+                # The leader's assignment spreads the leases meanwhile; the wake-ups are the
+                # discovery's, which shares them. Back to taking: a round within an interval.
+                await asyncio.sleep(self.interval)
+                continue
             try:
                 await self.take_round()
                 replans = 0

@@ -3,9 +3,9 @@
 Owns: the retry wrappers every adapter call goes through (one policy table per worker), the
 lease path's collaborators (``held_leases`` at the bottom; taking, handoffs and renewals on
 top of it; the coordinator bundling them), and every other part on them: early failover, leader
-elector, shard sync, leader duties, fan-out consumers, shard supervisor, and in the
-leader-based modes the leader's assignment loop and this worker's discovery; then the
-``Worker`` that runs them.
+elector, shard sync, leader duties, fan-out consumers, shard supervisor, the leader's assignment
+loop and this worker's discovery (they run in the leader-based modes, and in the others while
+the table's Java workers follow a leader: ``lease_mode``); then the ``Worker`` that runs them.
 Must not: start tasks, run anything, make protocol decisions, or create AWS clients (the
 backend does); running the parts and the order of a stop are ``worker``'s.
 """
@@ -21,13 +21,13 @@ from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.protocols import LeaseStore, StreamClient
 from kclasync._adapters.worker_registry import WorkerRegistry
-from kclasync._config import RetrievalMode
+from kclasync._config import LeaseTakerKind, RetrievalMode
 from kclasync._core.assignment.lease_taker import LeaseTaker
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.held_lease import HeldLease
 from kclasync._core.records.fanout_session import ResubscribePolicy
 from kclasync._core.retry_policy import OP_CLASS, OpClass, policy_table
-from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment, assignment_tasks
+from kclasync._runtime.assignment import assignment_tasks
 from kclasync._runtime.early_failover import EarlyFailover
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.held import HeldLeases, LeaseListener
@@ -35,6 +35,7 @@ from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync._runtime.lease_handoffs import LeaseHandoffs
+from kclasync._runtime.lease_mode import LeaseModeWatch
 from kclasync._runtime.lease_renewals import LeaseRenewals
 from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
@@ -310,20 +311,33 @@ def build_worker(
         fanout=fanout_consumers,
     )
     coordinator.held.listener = supervisor
-    assignment: LeaderAssignment | None = None
-    discovery: AssignmentDiscovery | None = None
-    if cfg.lease_taker.leader_based:
-        assignment, discovery = assignment_tasks(
-            coordinator,
-            elector,
-            policy=cfg.lease_taker,
-            interval=cfg.effective_assignment_interval,
-            discovery_interval=cfg.effective_discovery_interval,
-            registry=registry,
-            rng=spec.rng,
-            balancer=cfg.balancer_settings(),
-            kcl3=cfg.kcl3_settings(),
-        )
+    # Every worker can run the leader's assignment: a configured leader-based taker always, a
+    # worker-side one (with the kcl3 policy) while the table's Java workers follow a leader.
+    leader_based = cfg.lease_taker.leader_based
+    coordinator.taking.leader_assigns = leader_based
+    lease_mode = LeaseModeWatch(
+        locks=locks,
+        taking=coordinator.taking,
+        presence=coordinator.presence,
+        store=store,
+        worker_id=spec.worker_id,
+        failover_time=cfg.failover_time,
+        configured=cfg.lease_taker.value,
+        configured_leader_based=leader_based,
+        interval=cfg.leader_heartbeat_interval,
+        wake=taker_wake,
+    )
+    assignment, discovery = assignment_tasks(
+        coordinator,
+        elector,
+        policy=cfg.lease_taker if leader_based else LeaseTakerKind.KCL3,
+        interval=cfg.effective_assignment_interval,
+        discovery_interval=cfg.effective_discovery_interval,
+        registry=registry,
+        rng=spec.rng,
+        balancer=cfg.balancer_settings(),
+        kcl3=cfg.kcl3_settings(),
+    )
     startup = WorkerStartup(
         cfg,
         store=store,
@@ -331,6 +345,7 @@ def build_worker(
         registry=registry,
         shard_sync=shard_sync,
         legacy_cleanup=adapters.legacy_cleanup,
+        lease_mode=lease_mode,
     )
     parts = WorkerParts(
         retrier=retrier,
@@ -347,6 +362,7 @@ def build_worker(
         supervisor=supervisor,
         assignment=assignment,
         discovery=discovery,
+        lease_mode=lease_mode,
         startup=startup,
         taker_wake=taker_wake,
     )

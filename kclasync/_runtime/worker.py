@@ -1,8 +1,9 @@
 """One worker's task tree: its parts run in two task groups, and stopped in order.
 
 Owns: ``WorkerSpec`` (what a ``Consumer`` was built with), ``WorkerParts`` (what a worker runs,
-built by ``wiring``), running the loops (renewer, heartbeats, taker or the leader-based
-assignment, leader lock, leader duties) in one task group and the shard pipelines in another,
+built by ``wiring``), running the loops (renewer, heartbeats, taker and the leader-based
+assignment, leader lock, leader duties, the lease-mode watch) in one task group and the shard
+pipelines in another,
 turning a loop's failure into a graceful stop whose error ``run()`` raises (``WorkerStop``), and
 the order of a graceful stop: taking stops, leadership is given up, pipelines drain and
 checkpoint, leases are released, renewals stop, the worker leaves the registry
@@ -34,6 +35,7 @@ from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
+from kclasync._runtime.lease_mode import LeaseModeWatch
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.retrying import (
     Retrier,
@@ -95,9 +97,12 @@ class WorkerParts:
     #: The stream consumers shards are read through (retrieval="fanout"), else None.
     fanout: FanOutConsumers | None
     supervisor: ShardSupervisor
-    #: Leader-based modes (``kcl3``, ``load``): the leader's loop and this worker's discovery.
-    assignment: LeaderAssignment | None
-    discovery: AssignmentDiscovery | None
+    #: The leader's loop and this worker's discovery: they act while ``coordinator.taking``
+    #: says a leader assigns (a leader-based taker, or ``lease_mode`` switched to it).
+    assignment: LeaderAssignment
+    discovery: AssignmentDiscovery
+    #: Follows the Java KCL's migration state: whether a leader assigns the leases.
+    lease_mode: LeaseModeWatch
     startup: WorkerStartup
     #: Set to start a taking round early (new leases, a worker joined).
     taker_wake: asyncio.Event
@@ -127,6 +132,7 @@ class Worker:
         self.supervisor = parts.supervisor
         self.assignment = parts.assignment
         self.discovery = parts.discovery
+        self.lease_mode = parts.lease_mode
         self._startup = parts.startup
 
     @property
@@ -171,19 +177,22 @@ class Worker:
                     batch_taker=cfg.lease_taker is LeaseTakerKind.BALANCED,
                     renewer_interval=cfg.renewer_interval,
                 )
-                if self.assignment is not None and self.discovery is not None:
-                    taking = [
-                        loops.create_task(self._watched(self.assignment.run), name="assignment"),
-                        loops.create_task(
-                            self._watched(partial(self.discovery.run, self._taker_wake)),
-                            name="assignment-discovery",
-                        ),
-                    ]
-                else:
+                taking = [
+                    loops.create_task(self._watched(self.assignment.run), name="assignment"),
+                    loops.create_task(
+                        self._watched(partial(self.discovery.run, self._taker_wake)),
+                        name="assignment-discovery",
+                    ),
+                ]
+                if not cfg.lease_taker.leader_based:
+                    # Takes while no leader assigns; the mode follows the Java fleet's state.
                     taker = partial(
                         coordinator.taking.loop, self._taker_wake, first_delay=first_delay
                     )
-                    taking = [loops.create_task(self._watched(taker), name="taker")]
+                    taking.append(loops.create_task(self._watched(taker), name="taker"))
+                    taking.append(
+                        loops.create_task(self._watched(self.lease_mode.run), name="lease-mode")
+                    )
                 duties = [
                     *taking,
                     loops.create_task(self._watched(self.elector.run), name="leader-lock"),

@@ -4,9 +4,9 @@ Owns: the steps before the task tree runs, overlapped where they are independent
 coordinator-state and worker-metrics tables beside the lease table and the first shard sync),
 the few retries of a start-up step that was throttled or failed transiently (how many and how
 long between them: ``kclasync._core.retry_policy``), the one-time removal of registry items an
-older kclasync wrote into the lease table, and the reading (never the writing) of the Java
-KCL's migration state, to say whether this worker's lease taking fits a Java fleet sharing the
-table.
+older kclasync wrote into the lease table, and the first reading (never the writing) of the
+Java KCL's migration state, which sets the lease mode before any taking round
+(``lease_mode``).
 Must not: start the worker's loops or pipelines (``worker``), build its parts (``wiring``),
 or decide anything about the protocol (``kclasync._core.leases.client_version`` says what the
 migration state means).
@@ -22,8 +22,8 @@ from typing import Any
 from kclasync._adapters.protocols import CoordinatorStateStore, LeaseStore
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._config import ConsumerConfig
-from kclasync._core.leases.client_version import java_fleet_follows_leader
 from kclasync._core.retry_policy import START_ATTEMPTS, start_delay
+from kclasync._runtime.lease_mode import LeaseModeWatch
 from kclasync._runtime.shard_sync import ShardSync
 from kclasync.errors import AdapterError
 
@@ -58,6 +58,7 @@ class WorkerStartup:
         registry: WorkerRegistry,
         shard_sync: ShardSync,
         legacy_cleanup: Callable[[], Awaitable[list[str]]] | None,
+        lease_mode: LeaseModeWatch,
     ) -> None:
         self._config = config
         self._store = store
@@ -65,6 +66,7 @@ class WorkerStartup:
         self._registry = registry
         self._shard_sync = shard_sync
         self._legacy_cleanup = legacy_cleanup
+        self._lease_mode = lease_mode
 
     async def run(self) -> None:
         """Every step, in order where one needs another; the first that fails for good is
@@ -74,7 +76,9 @@ class WorkerStartup:
             self._at_start("creating the worker-metrics table", self._registry.ensure_table),
             self._lease_table_and_first_sync(),
         )
-        await self._at_start("reading the Java KCL's migration state", self._check_java_fleet)
+        # Before any taking round: a table whose Java workers follow a leader is never taken
+        # from behind their leader's back.
+        await self._at_start("reading the Java KCL's migration state", self._lease_mode.check)
 
     async def _lease_table_and_first_sync(self) -> None:
         await self._at_start("creating the lease table", self._store.ensure_table)
@@ -82,23 +86,6 @@ class WorkerStartup:
             await self._at_start("removing old registry items", self._remove_legacy_items)
         # Also proves the stream exists (StreamNotFoundError is not retried) before anything starts.
         await self._at_start("the first shard sync", self._shard_sync.initial_sync)
-
-    async def _check_java_fleet(self) -> None:
-        """Read ``Migration3.0`` (never written): say whether this worker's lease taking fits
-        the Java workers sharing the table."""
-        state = await self._locks.get_migration_state()
-        if state is None:
-            return
-        if java_fleet_follows_leader(state):
-            log.warning(
-                "the Java KCL on this table runs %s: its workers only process what their leader "
-                "assigns and never steal; this worker takes leases itself (lease_taker=%s), so "
-                "in a mixed fleet leases may move back and forth (see docs/migration.md)",
-                state.raw,
-                self._config.lease_taker.value,
-            )
-        else:
-            log.info("the Java KCL on this table runs %s", state.raw)
 
     async def _remove_legacy_items(self) -> None:
         """The one-time repair of a lease table an older kclasync wrote registry items into."""

@@ -143,3 +143,13 @@ def test_the_kclasync_marker_round_trips_and_java_entries_have_none() -> None:
         wi.decode_item(wi.encode_item(attrs.evolve(ours, implementation=None))).implementation
         is None
     )
+
+
+def test_a_leader_counts_a_java_entry_live_for_two_java_report_periods() -> None:
+    ours = wm.WorkerMetrics(worker_id="py-1", last_update=1, implementation=wm.KCLASYNC)
+    java = wm.WorkerMetrics(worker_id="java-1", last_update=1)
+    assert wm.entry_timeout(ours, 11.0) == 11.0
+    # A Java worker reports every 30 s by default: an 11 s window would miss it two thirds
+    # of the time.
+    assert wm.entry_timeout(java, 11.0) == 2 * wm.DEFAULT_REPORT_PERIOD > wm.DEFAULT_REPORT_PERIOD
+    assert wm.entry_timeout(java, 90.0) == 90.0

@@ -73,6 +73,7 @@ def coordinator(name: str, table: MemoryLeaseTable) -> LeaseCoordinator:
 
 
 def leader_of(c: LeaseCoordinator, policy: LeaseTakerKind, elector: Elector) -> LeaderAssignment:
+    c.taking.leader_assigns = True  # as the wiring sets it for a leader-based taker
     return LeaderAssignment(
         holder=c,
         elector=elector,  # type: ignore[arg-type]
@@ -265,3 +266,25 @@ async def test_a_handoff_from_a_java_owner_is_watched_without_writing_until_it_l
     await b.renew_all()
     assert b.held["s0"].state is HeldState.ACTIVE and table.leases["s0"].counter == 8
     assert b.held["s0"].lease.checkpoint == Checkpoint("42")
+
+
+async def test_a_leader_counts_a_java_worker_live_between_its_30_s_reports() -> None:
+    from kclasync._core.workers.worker_metrics import WorkerMetrics
+
+    table = MemoryLeaseTable()
+    a = coordinator("a", table)
+    await a.presence.report()
+    registry = a.presence.registry
+    await registry.report(WorkerMetrics(worker_id="java-1", last_update=1000))
+    await registry.report(
+        WorkerMetrics(worker_id="py-dead", last_update=1000, implementation="kclasync")
+    )
+    leader = leader_of(a, LeaseTakerKind.KCL3, Elector())
+    scan = await a.store.list_leases()
+    live, _ = await leader.live_workers(scan, 0.0)
+    assert {"java-1", "py-dead"} <= live
+    # 40 s without a change: past the kclasync worker timeout, within two Java report periods.
+    live, _ = await leader.live_workers(scan, 40.0)
+    assert "java-1" in live and "py-dead" not in live
+    live, _ = await leader.live_workers(scan, 70.0)
+    assert "java-1" not in live

@@ -3,8 +3,11 @@ what kclasync does in each client version.
 
 Owns: decoding the item's client version (``cv``) tolerantly, and the one decision made from it:
 whether the Java workers of the fleet follow a leader's assignment (KCL 3.x) or take leases
-themselves (KCL 2.x compatible), so a kclasync worker can say at start whether its lease taking
-fits. kclasync only reads the item: the Java migration state machine owns it.
+themselves (KCL 2.x compatible), and so how a kclasync worker spreads leases (``lease_mode``):
+in a fleet whose Java workers follow a leader, every kclasync worker runs the leader-assigned
+behaviour whatever its configured lease taker, so that a kclasync leader assigns the Java
+workers their share and no kclasync follower takes leases behind the Java leader's back.
+kclasync only reads the item: the Java migration state machine owns it.
 Must not: do I/O, or ever produce a write to the item.
 """
 
@@ -14,6 +17,8 @@ import enum
 from typing import Any
 
 import attrs
+
+from kclasync._core.workers.java_liveness import Verdict
 
 MIGRATION_KEY = "Migration3.0"
 CLIENT_VERSION = "cv"
@@ -68,3 +73,54 @@ def java_fleet_follows_leader(state: MigrationState | None) -> bool | None:
     if state is None or state.version is None or state.version is ClientVersion.INIT:
         return None
     return state.version in LEADER_ASSIGNS
+
+
+@attrs.frozen
+class LeaseMode:
+    """How a kclasync worker spreads leases, and why."""
+
+    #: True: the leader assigns (the ``kcl3`` behaviour unless ``load`` is configured) and this
+    #: worker processes what is assigned to it; False: it takes leases itself.
+    leader_assigns: bool
+    reason: str
+
+
+def lease_mode(
+    state: MigrationState | None,
+    *,
+    configured_leader_based: bool,
+    java: Verdict = Verdict.ALIVE,
+) -> LeaseMode:
+    """The lease mode of a kclasync worker on a table in ``state``, with the Java workers'
+    liveness as this worker judged it (``core.workers.java_liveness``).
+
+    A configured leader-based taker (``kcl3``, ``load``) always assigns: its leader counts
+    every worker that reports to the worker registry, Java ones included. A worker-side taker
+    (``balanced``, ``kcl2``) is kept while no Java worker follows a leader (no item, ``INIT``,
+    ``2X``, ``UPGRADE_FROM_2X``, an unknown version). In ``3X`` and ``3X_WITH_ROLLBACK`` the
+    Java workers only process what a leader assigns, and a kclasync leader that never assigns
+    would starve them: while a Java worker lives (or before its liveness can be judged) the
+    worker switches to the leader-assigned behaviour; once every Java worker is silent it takes
+    leases itself again, rather than wait for a dead Java leader's lock."""
+    if configured_leader_based:
+        return LeaseMode(True, "the configured lease taker is leader-based")
+    if java_fleet_follows_leader(state):
+        assert state is not None
+        if java is Verdict.SILENT:
+            return LeaseMode(
+                False,
+                f"the Java KCL on this table runs {state.raw}, but no Java worker shows a sign "
+                "of life (registry entry or lease counter moving)",
+            )
+        why = "a Java worker is alive" if java is Verdict.ALIVE else "Java workers may be alive"
+        return LeaseMode(
+            True,
+            f"the Java KCL on this table runs {state.raw} and {why}: its workers only process "
+            "what a leader assigns, so a kclasync leader must assign (the kcl3 behaviour)",
+        )
+    if state is None:
+        return LeaseMode(False, "no Java KCL 3.x worker has run on this table")
+    return LeaseMode(
+        False,
+        f"the Java KCL on this table runs {state.raw}: its workers take leases themselves",
+    )

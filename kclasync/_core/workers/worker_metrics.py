@@ -175,3 +175,16 @@ def legacy_registry_keys(lease_keys: Iterable[str]) -> list[str]:
     """The lease-table keys that are worker-registry items of earlier kclasync versions (the
     Java KCL cannot parse them as leases); a worker deletes them on start."""
     return sorted(k for k in lease_keys if k.startswith(LEGACY_WORKER_KEY_PREFIX))
+
+
+def entry_timeout(entry: WorkerMetrics, worker_timeout: float) -> float:
+    """How long a leader counts a worker live after its entry's ``lut`` last changed (on the
+    leader's clock). A kclasync entry: ``worker_timeout`` (kclasync reports every renewer
+    interval). Another implementation's (a Java KCL worker, which reports every
+    ``workerMetricsReporterFreqInMillis``, 30 s by default): two default report periods, the
+    Java leader's own rule, and never less than ``worker_timeout``; with the shorter window a
+    Java worker would be live for only part of each period and a leader's balancing run could
+    miss it every time."""
+    if entry.implementation == KCLASYNC:
+        return worker_timeout
+    return max(worker_timeout, 2 * DEFAULT_REPORT_PERIOD)
