@@ -214,7 +214,8 @@ async def read_shard(
 ) -> ShardRead:
     """Read ``shard_id`` from ``start`` for one batch.
 
-    A first read stops at ``quota`` user records, after ``max_seconds``, at the first record
+    A first read stops at ``quota`` user records, ``max_seconds`` after its first page (a
+    fan-out subscription refused for a while does not shorten it), at the first record
     that arrived after ``until``, at SHARD_END, or when caught up (a page at the tip, see
     ``_caught_up``). With ``replay`` (the progress an earlier attempt recorded), it reads
     exactly that many records again and returns ``replay`` as the progress.
@@ -234,7 +235,9 @@ async def read_shard(
     after = _After(start)
     records: list[Record] = []
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max_seconds
+    # The time limit counts from the first page: waiting for a fan-out subscription (the
+    # service refuses one within 5 s of the previous batch's) must not use it up.
+    deadline: float | None = None
     want = replay.records if replay is not None else quota
     ended = more = False
     children: tuple[ChildShard, ...] = ()
@@ -245,6 +248,8 @@ async def read_shard(
                 result = await cursor.next(asked)
             except ShardNotFoundError:
                 result = GetRecordsResult([], None)
+            if deadline is None:
+                deadline = loop.time() + max_seconds
             page = after(result.records)
             if after.lost is not None and (replay is None or replay.lost is None):
                 _data_loss(stream, shard_id, start, after.lost, fail_on_data_loss)
@@ -266,7 +271,7 @@ async def read_shard(
                 continue
             if _caught_up(result, asked, polling=pages is None):
                 break
-            if loop.time() >= deadline:
+            if deadline is not None and loop.time() >= deadline:
                 more = True
                 break
             if not result.records:

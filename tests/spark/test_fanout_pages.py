@@ -5,12 +5,14 @@ and closing a subscription that is still waiting for an event."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from kclasync._adapters.fanout import SubscriptionEvent
 from kclasync._adapters.protocols import ChildShard, IteratorType, StartingPosition
 from kclasync._records import Record
 from kclasync.spark.fanout_pages import FanOutPages
+from kclasync.spark.fetch import read_shard
 
 AT_5 = StartingPosition(IteratorType.AT_SEQUENCE_NUMBER, "5")
 
@@ -78,3 +80,37 @@ async def test_time_limit_counts_from_the_first_event_and_close_stops_the_wait()
     assert 0.9 <= loop.time() - began < 5
     await pages.aclose()  # an event was still awaited: the flow is closed all the same
     assert script.closed
+
+
+async def test_a_subscription_refused_for_a_while_does_not_use_up_the_read_time() -> None:
+    """The service refuses a subscription to a shard within 5 s of the previous batch's: a read
+    that waited that long for its first event still reads on to the shard's end (it used to stop
+    at the first event, the start's own record, and every later batch planned the same read)."""
+
+    class Late(Script):
+        async def flow(self) -> AsyncGenerator[SubscriptionEvent, None]:
+            await asyncio.sleep(0.3)  # the refused subscriptions, then the accepted one
+            async for e in super().flow():
+                yield e
+
+    script = Late([event([5], 0), event([], 0, end=True)])
+
+    @contextlib.asynccontextmanager
+    async def source(position: StartingPosition) -> AsyncIterator[FanOutPages]:
+        pages = FanOutPages(script.flow(), 0.1, position)
+        try:
+            yield pages
+        finally:
+            await pages.aclose()
+
+    read = await read_shard(
+        None,  # type: ignore[arg-type]  # no GetRecords: the pages are the events
+        "stream",
+        "s",
+        "5",
+        quota=100,
+        max_seconds=0.1,
+        pages=source,
+    )
+    assert read.records == [] and read.progress.ended and not read.progress.more
+    assert [c.shard_id for c in read.progress.children] == ["c"]
