@@ -188,6 +188,19 @@ class EarlyFailover:
             self.digest_view = DigestView()
             self.view = HeartbeatView()
 
+    def _silent_now(self, owner: str) -> bool | None:
+        """Whether ``owner`` is still silent as this worker knows it: from the leader's digest
+        (or the leader's own heartbeat) while following one, else from this worker's view of
+        the registry. None: the view does not know the worker."""
+        digest = self.digest_view
+        if digest.leader is not None:
+            beat = digest.beats.beats.get(owner)
+            if beat is not None:
+                return beat.silent
+            return owner in digest.acted
+        beat = self.view.beats.get(owner)
+        return None if beat is None else beat.silent
+
     def _start_following(self, followers: asyncio.TaskGroup, workers: Iterable[str]) -> None:
         holder = self._holder
         for worker in sorted(workers):
@@ -224,10 +237,9 @@ class EarlyFailover:
                 self._wake_taker()  # a full taking round instead, not the next period's
         finally:
             self._following.discard(owner)
-            beat = self.view.beats.get(owner)
             if tally.expired:
                 outcome = "failover"
-            elif beat is not None and not beat.silent:
+            elif self._silent_now(owner) is False:
                 outcome = "false_alarm"
             elif tally.items == 0:
                 outcome = "no_leases"
@@ -279,7 +291,7 @@ class EarlyFailover:
             if check.recheck_at is None or not taking.enabled:
                 return
             await asyncio.sleep(max(0.0, check.recheck_at - holder.now()))
-            if owner not in self.view.silent_workers():
+            if not self._silent_now(owner):
                 return  # it heartbeats again: its renewals keep its leases
             check = judge_silent_leases(
                 taking.expiry,
