@@ -56,12 +56,9 @@ class MemoryWorkerMetrics:
         return decoded
 
     async def get(self, worker_id: str) -> wm.WorkerMetrics | None:
-        self._tally("get")
+        self._tally("get")  # one item at most: ``items_read`` counts the scans' items
         item = self.items.get(worker_id)
-        if item is None:
-            return None
-        self.totals["items_read"] += 1
-        return wi.decode_item(item)
+        return None if item is None else wi.decode_item(item)
 
     async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
         self._tally("remove")
