@@ -86,6 +86,19 @@ class Fleet:
             registry=CollectorRegistry(),
         )
 
+    def java_3x(self, worker_id: str = "java-like", **config: object) -> Consumer:
+        """A Java 3.x stand-in on a table whose ``Migration3.0`` item says ``3X``."""
+        java_writes(self.backend, "CLIENT_VERSION_3X")
+        return self.consumer(worker_id, lease_taker="kcl3", **config)
+
+    async def read_by(self, *workers: str) -> None:
+        """Wait until every record produced was read by one of ``workers``."""
+        everything = set(self.produced)
+        await until(
+            lambda: everything <= set().union(*(self.seen.get(w, ()) for w in workers)),
+            "every record read",
+        )
+
     async def produce(self, stop: asyncio.Event) -> None:
         n = 0
         while not stop.is_set():
@@ -105,6 +118,10 @@ async def until(check: object, what: str, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.05)
 
 
+def leads_all(worker: Consumer) -> bool:
+    return len(worker.held_leases) == SHARDS and worker.is_leader
+
+
 def switch_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
@@ -122,7 +139,7 @@ async def test_a_default_leader_assigns_a_follower_its_share_once_the_table_is_i
     stop = asyncio.Event()
     producing = asyncio.create_task(fleet.produce(stop))
     async with first:
-        await until(lambda: len(first.held_leases) == SHARDS and first.is_leader, "py-1")
+        await until(lambda: leads_all(first), "py-1")
         follower = fleet.consumer("java-like", lease_taker="kcl3")
         async with follower:
             worker = first._worker
@@ -140,12 +157,7 @@ async def test_a_default_leader_assigns_a_follower_its_share_once_the_table_is_i
             await until(lambda: bool(fleet.seen["java-like"]), "the follower to read")
             stop.set()
             await producing
-            everything = set(fleet.produced)
-
-            def all_read() -> bool:
-                return everything <= set(fleet.seen["py-1"]) | set(fleet.seen["java-like"])
-
-            await until(all_read, "every record read")
+            await fleet.read_by("py-1", "java-like")
     assert len(switch_warnings(caplog)) == 1, switch_warnings(caplog)
     assert "CLIENT_VERSION_3X" in switch_warnings(caplog)[0]
     assert fleet.seen["java-like"], "the follower read nothing"
@@ -159,10 +171,9 @@ async def test_a_default_worker_joining_a_3x_table_never_takes_a_lease_itself(
 ) -> None:
     caplog.set_level(logging.INFO)
     fleet = Fleet()
-    java_writes(fleet.backend, "CLIENT_VERSION_3X")
-    leader = fleet.consumer("java-like", lease_taker="kcl3")
+    leader = fleet.java_3x()
     async with leader:
-        await until(lambda: len(leader.held_leases) == SHARDS and leader.is_leader, "leader")
+        await until(lambda: leads_all(leader), "leader")
         joining = fleet.consumer("py-1")  # the default lease taker: balanced
         stop = asyncio.Event()
         producing = asyncio.create_task(fleet.produce(stop))
@@ -176,11 +187,7 @@ async def test_a_default_worker_joining_a_3x_table_never_takes_a_lease_itself(
             await until(lambda: bool(fleet.seen.get("py-1")), "py-1 to read")
             stop.set()
             await producing
-            everything = set(fleet.produced)
-            await until(
-                lambda: everything <= set(fleet.seen["py-1"]) | set(fleet.seen["java-like"]),
-                "every record read",
-            )
+            await fleet.read_by("py-1", "java-like")
     assert len(switch_warnings(caplog)) == 1
     both = fleet.seen.get("py-1", Counter()) + fleet.seen["java-like"]
     assert set(fleet.produced) <= set(both)
@@ -192,12 +199,11 @@ async def test_a_rollback_to_2x_gives_the_worker_its_own_taking_back(
 ) -> None:
     caplog.set_level(logging.INFO)
     fleet = Fleet()
-    java_writes(fleet.backend, "CLIENT_VERSION_3X")
-    leader = fleet.consumer("java-like", lease_taker="kcl3")
+    leader = fleet.java_3x()
     stop = asyncio.Event()
     producing = asyncio.create_task(fleet.produce(stop))  # the leader balances by throughput
     async with leader:
-        await until(lambda: len(leader.held_leases) == SHARDS and leader.is_leader, "leader")
+        await until(lambda: leads_all(leader), "leader")
         joining = fleet.consumer("py-1", lease_taker_interval=0.5)
         async with joining:
             worker = joining._worker
@@ -241,10 +247,9 @@ async def test_a_default_worker_starting_after_the_java_fleet_died_takes_over(
     workers' signs of life (entry, lease counters) stand still for a failover time."""
     caplog.set_level(logging.INFO)
     fleet = Fleet()
-    java_writes(fleet.backend, "CLIENT_VERSION_3X")
-    java = fleet.consumer("java-1", lease_taker="kcl3", leader_lock_duration=60.0)
+    java = fleet.java_3x("java-1", leader_lock_duration=60.0)
     java_run = asyncio.create_task(java.run())
-    await until(lambda: len(java.held_leases) == SHARDS and java.is_leader, "java-1 leads")
+    await until(lambda: leads_all(java), "java-1 leads")
     await crash(java_run)
     stop = asyncio.Event()
     producing = asyncio.create_task(fleet.produce(stop))
@@ -260,7 +265,7 @@ async def test_a_default_worker_starting_after_the_java_fleet_died_takes_over(
         assert not py.is_leader, "the dead leader's lock was taken before its duration"
         stop.set()
         await producing
-        await until(lambda: set(fleet.produced) <= set(fleet.seen["py-1"]), "every record")
+        await fleet.read_by("py-1")
     # The probation (one failover time), then a taking round after expiry: well within
     # 5 x the failover time (1 s) plus a taking interval.
     assert took < 5 * 1.0 + 0.5 + 2.0, took
@@ -271,13 +276,12 @@ async def test_a_java_leader_killed_under_a_default_follower_is_taken_over(
 ) -> None:
     caplog.set_level(logging.INFO)
     fleet = Fleet()
-    java_writes(fleet.backend, "CLIENT_VERSION_3X")
-    java = fleet.consumer("java-1", lease_taker="kcl3", leader_lock_duration=60.0)
+    java = fleet.java_3x("java-1", leader_lock_duration=60.0)
     java_run = asyncio.create_task(java.run())
     stop = asyncio.Event()
     producing = asyncio.create_task(fleet.produce(stop))
     try:
-        await until(lambda: len(java.held_leases) == SHARDS and java.is_leader, "java-1 leads")
+        await until(lambda: leads_all(java), "java-1 leads")
         py = fleet.consumer("py-1", lease_taker_interval=0.5)
         async with py:
             worker = py._worker
@@ -294,11 +298,7 @@ async def test_a_java_leader_killed_under_a_default_follower_is_taken_over(
             assert not py.is_leader
             stop.set()
             await producing
-            everything = set(fleet.produced)
-            await until(
-                lambda: everything <= set(fleet.seen["py-1"]) | set(fleet.seen["java-1"]),
-                "every record read",
-            )
+            await fleet.read_by("py-1", "java-1")
     finally:
         stop.set()
         await crash(java_run)
