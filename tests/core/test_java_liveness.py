@@ -31,11 +31,22 @@ def test_an_entry_found_at_the_first_read_proves_nothing_until_it_changes() -> N
     assert judge.verdict(0.0) is Verdict.UNKNOWN  # the safe side while it may move
     judge.observe_registry([java("java-1", 100)], 9.0)
     assert judge.verdict(9.0) is Verdict.UNKNOWN
+    # An entry alone, no Java-owned lease: a follower holding nothing reports every 30 s by
+    # default, so it is given an entry's window (60 s) before it counts as dead.
     judge.observe_registry([java("java-1", 100)], 10.0)
-    assert judge.verdict(10.0) is Verdict.SILENT  # dead before this worker started
-    judge.observe_registry([java("java-1", 130)], 40.0)
-    assert judge.verdict(40.0) is Verdict.ALIVE  # it moved after all
-    assert judge.alive_workers(40.0) == {"java-1"}
+    assert judge.verdict(10.0) is Verdict.UNKNOWN
+    judge.observe_registry([java("java-1", 100)], 60.0)
+    assert judge.verdict(60.0) is Verdict.SILENT  # dead before this worker started
+    judge.observe_registry([java("java-1", 130)], 70.0)
+    assert judge.verdict(70.0) is Verdict.ALIVE  # it moved after all
+    assert judge.alive_workers(70.0) == {"java-1"}
+    # With a Java-owned lease, its counter settles it within one failover time.
+    owned = JavaLiveness(FAILOVER)
+    owned.observe_registry([java("java-1", 100)], 0.0)
+    owned.observe_leases([Lease("s0", 7, "java-1")], set(), 0.0)
+    owned.observe_leases([Lease("s0", 7, "java-1")], set(), 10.0)
+    assert owned.verdict(9.9) is Verdict.UNKNOWN
+    assert owned.verdict(10.0) is Verdict.SILENT
 
 
 def test_an_entry_that_appears_later_is_a_worker_that_joined() -> None:

@@ -15,9 +15,11 @@ waits for the dead Java leader's lock (120 s) before anything moves. This module
   report periods observed between its last two changes (two default Java periods, 60 s, before
   two changes were seen), and never less than the failover time; for a lease, the failover time
   (the lease's own expiry rule);
-* until one failover time has passed since the first reading, a table with Java entries or
-  Java-owned leases is undecided (``Verdict.UNKNOWN``): the caller then keeps the safe side
-  (follow a leader, take nothing) while the counters get a chance to move.
+* a table with Java-owned leases is undecided (``Verdict.UNKNOWN``) until one failover time has
+  passed since the first reading; one with Java entries but no Java-owned lease until an
+  entry's window has (a follower holding nothing shows life only through its reports): the
+  caller then keeps the safe side (follow a leader, take nothing) while the counters get a
+  chance to move, rather than switch back and forth.
 
 Remote timestamps are only ever compared for change, never with the local clock.
 Owns: those rules. Must not: do I/O, read a clock (``now`` is passed in) or decide the lease
@@ -125,7 +127,14 @@ class JavaLiveness:
     def verdict(self, now: float) -> Verdict:
         if self.alive_workers(now):
             return Verdict.ALIVE
-        undecided = self._first_read is None or now - self._first_read < self.failover_time
-        if undecided and (self._entries or self._leases):
+        if not (self._entries or self._leases):
+            return Verdict.SILENT
+        if self._first_read is None:
             return Verdict.UNKNOWN
-        return Verdict.SILENT
+        # Java-owned leases settle it within a failover time (a live owner renews them); Java
+        # entries alone only within their window (a follower that holds nothing shows life
+        # only through its reports, every 30 s by default).
+        wait = self.failover_time
+        if not self._leases:
+            wait = max(self.entry_window(seen) for seen in self._entries.values())
+        return Verdict.UNKNOWN if now - self._first_read < wait else Verdict.SILENT
