@@ -1,10 +1,11 @@
 """One owned shard: fetcher -> bounded queue -> processor -> fenced checkpoints.
 
-Owns: reading a shard from its checkpoint (iterator handling, the pause between reads from
-``_core/read_pacing``, throttling backoff, expired iterator recovery), backpressure towards the
-fetcher, calling the processor with retries, and the shard-end and shutdown hand-offs. The
-supervisor (``shard_supervisor``) cancels the pipeline the moment the lease is lost.
-Must not: decide lease ownership, or read any clock but the event loop's.
+Owns: the shard's pipeline: the fetcher task (``shard_fetcher``: reading from the lease's
+checkpoint into the bounded queue) and the processor side: calling the processor with retries,
+the checkpoint flusher, and the shard-end and shutdown hand-offs. The supervisor
+(``shard_supervisor``) cancels the pipeline the moment the lease is lost.
+Must not: decide lease ownership, read the stream itself, or read any clock but the event
+loop's.
 """
 
 from __future__ import annotations
@@ -13,38 +14,25 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
-import attrs
-
-from kclasync._adapters.protocols import (
-    ChildShard,
-    IteratorType,
-    ShardNotFoundError,
-    StartingPosition,
-    StreamClient,
-)
+from kclasync._adapters.protocols import ChildShard, StreamClient
 from kclasync._config import ConsumerConfig
 from kclasync._core.leases.held_lease import HeldLease
 from kclasync._core.leases.lease import CorruptLeaseError
-from kclasync._core.leases.position import Checkpoint, InitialPositionKind, Sentinel
-from kclasync._core.records.kpl import KplFormatError, deaggregate, is_aggregated
-from kclasync._core.records.read_pacing import ReadPause, next_read_pause
+from kclasync._core.leases.position import Checkpoint
 from kclasync._core.retry_policy import Backoff
 from kclasync._processor import RecordProcessor, ShardInfo
-from kclasync._records import Record
 from kclasync._runtime.checkpointer import ShardCheckpointer
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.metrics import ConsumerMetrics
-from kclasync._runtime.shard_cursor import ShardCursor
+from kclasync._runtime.shard_fetcher import Batch, ShardEnd, ShardFetcher, starting_position
 from kclasync.errors import (
     AdapterError,
-    ConfigError,
     LeaseLostError,
     ProcessorFailedError,
     ShutdownCheckpointError,
-    error_code,
 )
 
 log = logging.getLogger("kclasync.shard")
@@ -53,38 +41,6 @@ log = logging.getLogger("kclasync.shard")
 class ShardOutcome(enum.Enum):
     ENDED = "ended"  # SHARD_END checkpointed
     SHUTDOWN = "shutdown"  # stopped on request after shutdown_requested
-
-
-@attrs.frozen
-class _Batch:
-    records: Sequence[Record]
-    millis_behind_latest: int | None
-
-
-@attrs.frozen
-class _End:
-    child_shards: tuple[ChildShard, ...]
-
-
-def starting_position(checkpoint: Checkpoint, config: ConsumerConfig) -> StartingPosition | None:
-    """Where to read from for a lease's checkpoint (None: the shard is finished)."""
-    sentinel = checkpoint.sentinel
-    if sentinel is None:
-        # AT the checkpointed record: the fetcher skips every (sequence, sub-sequence) up to the
-        # checkpoint, which resumes correctly inside a KPL-aggregated record too.
-        return StartingPosition(IteratorType.AT_SEQUENCE_NUMBER, checkpoint.value)
-    if sentinel is Sentinel.SHARD_END:
-        return None
-    if sentinel is Sentinel.TRIM_HORIZON:
-        return StartingPosition(IteratorType.TRIM_HORIZON)
-    if sentinel is Sentinel.LATEST:
-        return StartingPosition(IteratorType.LATEST)
-    if config.initial_position.kind is not InitialPositionKind.AT_TIMESTAMP:
-        raise ConfigError(
-            "initial_position",
-            "a lease is checkpointed at AT_TIMESTAMP but no timestamp is configured",
-        )
-    return StartingPosition(IteratorType.AT_TIMESTAMP, timestamp=config.initial_position.timestamp)
 
 
 class ShardConsumer:
@@ -123,15 +79,13 @@ class ShardConsumer:
         self._wait_for_parents = wait_for_parents
         #: Set: the shard is read with enhanced fan-out instead of GetRecords.
         self._fanout = fanout
-        self._queue: asyncio.Queue[_Batch | _End] = asyncio.Queue(config.max_queued_batches)
+        self._queue: asyncio.Queue[Batch | ShardEnd] = asyncio.Queue(config.max_queued_batches)
         self._shutdown = asyncio.Event()
         self.checkpointer = ShardCheckpointer(
             leases, held, lambda: metrics.checkpoints.labels(*labels4).inc()
         )
         self._flush_interval = config.checkpoint_interval
         self.initialized = False
-        #: Positions at or below this were processed before (the starting checkpoint).
-        self._skip_upto: tuple[int, int] | None = None
 
     def request_shutdown(self) -> None:
         """Finish the batch in flight, then call ``shutdown_requested`` and return."""
@@ -152,9 +106,19 @@ class ShardConsumer:
         )
         self.initialized = True
         if position is None:
-            return await self._end_of_shard(_End(()))
-        self._skip_upto = start.key() if start.is_sequence else None
-        fetcher = asyncio.create_task(self._fetch(position), name=f"fetch {self.shard_id}")
+            return await self._end_of_shard(ShardEnd(()))
+        reader = ShardFetcher(
+            stream=self.stream,
+            shard_id=self.shard_id,
+            stream_client=self.client,
+            config=self.config,
+            metrics=self.metrics,
+            labels=self._labels2,
+            queue=self._queue,
+            skip_upto=start.key() if start.is_sequence else None,
+            fanout=self._fanout,
+        )
+        fetcher = asyncio.create_task(reader.run(position), name=f"fetch {self.shard_id}")
         flusher = asyncio.create_task(
             self.checkpointer.flush_every(self._flush_interval), name=f"flush {self.shard_id}"
         )
@@ -163,7 +127,7 @@ class ShardConsumer:
                 item = await self._next(fetcher)
                 if item is None:
                     break
-                if isinstance(item, _End):
+                if isinstance(item, ShardEnd):
                     return await self._end_of_shard(item)
                 await self._deliver(item)
                 if self._shutdown.is_set():
@@ -174,7 +138,7 @@ class ShardConsumer:
             await asyncio.gather(fetcher, flusher, return_exceptions=True)
         return await self._shut_down()
 
-    async def _next(self, fetcher: asyncio.Task[None]) -> _Batch | _End | None:
+    async def _next(self, fetcher: asyncio.Task[None]) -> Batch | ShardEnd | None:
         if self._shutdown.is_set():
             return None
         if not self._queue.empty():
@@ -193,7 +157,7 @@ class ShardConsumer:
             raise fetcher.exception()  # type: ignore[misc]
         return None
 
-    async def _deliver(self, batch: _Batch) -> None:
+    async def _deliver(self, batch: Batch) -> None:
         # After a stall (a long GC pause, a blocked loop) batches may be queued for a lease this
         # worker has not renewed within the failover time; another worker may own it by now, so
         # none of them may start (found by the simulation: seed 1, see docs/simulation.md).
@@ -235,7 +199,7 @@ class ShardConsumer:
         self.metrics.records.labels(*self._labels).inc(len(records))
         self.metrics.bytes.labels(*self._labels).inc(delivered)
 
-    async def _end_of_shard(self, end: _End) -> ShardOutcome:
+    async def _end_of_shard(self, end: ShardEnd) -> ShardOutcome:
         """The KCL's order: child leases first, then the processor's SHARD_END checkpoint, then
         ``childShardIds``. SHARD_END cannot be checkpointed (``shard_end_reached``) before the
         children have leases, so a worker dying after that checkpoint leaves none without."""
@@ -293,112 +257,3 @@ class ShardConsumer:
         # Before a handoff, a release or a stop: the newest buffered checkpoint is written.
         await self.checkpointer.flush()
         return ShardOutcome.SHUTDOWN
-
-    # -- fetching --------------------------------------------------------------------------
-
-    def _expand(self, fetched: Sequence[Record]) -> list[Record]:
-        """De-aggregate KPL records and drop what the starting checkpoint already covers."""
-        out: list[Record] = []
-        for record in fetched:
-            if is_aggregated(record.data):
-                try:
-                    users = deaggregate(record.data)
-                except KplFormatError as exc:
-                    self.metrics.malformed_aggregates.labels(*self._labels).inc()
-                    log.warning(
-                        "record %s on shard %s has the KPL magic bytes but is malformed (%s); "
-                        "delivering it as one ordinary record",
-                        record.sequence_number,
-                        self.shard_id,
-                        exc,
-                    )
-                    out.append(record)
-                    continue
-                out.extend(
-                    attrs.evolve(
-                        record,
-                        data=user.data,
-                        partition_key=user.partition_key,
-                        sub_sequence_number=index,
-                    )
-                    for index, user in enumerate(users)
-                )
-            else:
-                out.append(record)
-        if self._skip_upto is not None and fetched:
-            skip = self._skip_upto
-            out = [r for r in out if (int(r.sequence_number), r.sub_sequence_number) > skip]
-            if int(fetched[-1].sequence_number) > skip[0]:
-                self._skip_upto = None  # past the checkpointed record: nothing more to skip
-        return out
-
-    def _count_retry(self, operation: str, exc: BaseException) -> None:
-        retries = self.metrics.retries
-        retries.labels(*self._labels2, "kclasync", "kinesis", operation, error_code(exc)).inc()
-
-    async def _fetch(self, position: StartingPosition) -> None:
-        if self._fanout is not None:
-            return await self._fetch_fanout(self._fanout, position)
-        cfg = self.config
-        cursor = ShardCursor(
-            self.client,
-            self.stream,
-            self.shard_id,
-            position,
-            backoff=cfg.throttle_backoff,
-            max_backoff=cfg.max_backoff,
-            on_throttle=self.metrics.throttles.labels(*self._labels2, "kinesis").inc,
-            on_retry=self._count_retry,
-        )
-        pause = ReadPause(0.0, 0)
-        while True:
-            try:
-                result = await cursor.next(cfg.max_records)
-            except ShardNotFoundError:
-                log.warning("shard %s no longer exists; treating it as ended", self.shard_id)
-                await self._queue.put(_End(()))
-                return
-            if result.millis_behind_latest is not None:
-                self.metrics.millis_behind.labels(*self._labels).set(result.millis_behind_latest)
-            records = self._expand(result.records)
-            if records:
-                await self._queue.put(_Batch(records, result.millis_behind_latest))
-            if result.next_iterator is None:
-                await self._queue.put(_End(result.child_shards))
-                return
-            pause = next_read_pause(
-                records=len(result.records),
-                millis_behind=result.millis_behind_latest,
-                idle_streak=pause.idle_streak,
-                busy=cfg.min_time_between_reads,
-                idle=cfg.idle_time_between_reads,
-                max_idle=cfg.effective_max_idle_time,
-            )
-            await asyncio.sleep(pause.delay)
-
-    async def _fetch_fanout(self, fanout: FanOutConsumers, position: StartingPosition) -> None:
-        """Fan-out: the next event is read only after the last one is in the queue, so a full
-        queue holds the subscription back (see docs/fanout.md)."""
-        m, labels = self.metrics, self._labels
-        cursor = await fanout.cursor(
-            self.stream,
-            self.shard_id,
-            position,
-            on_subscribe=m.fanout_subscriptions.labels(*labels).inc,
-            on_resubscribe=lambda reason: m.fanout_resubscriptions.labels(*labels, reason).inc(),
-            on_throttle=m.throttles.labels(*self._labels2, "kinesis").inc,
-        )
-        try:
-            async with contextlib.aclosing(cursor.events()) as events:
-                async for event in events:
-                    if event.millis_behind_latest is not None:
-                        m.millis_behind.labels(*labels).set(event.millis_behind_latest)
-                    records = self._expand(event.records)
-                    if records:
-                        await self._queue.put(_Batch(records, event.millis_behind_latest))
-                    if event.shard_ended:
-                        await self._queue.put(_End(event.child_shards))
-                        return
-        except ShardNotFoundError:
-            log.warning("shard %s no longer exists; treating it as ended", self.shard_id)
-            await self._queue.put(_End(()))
