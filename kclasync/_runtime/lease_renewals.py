@@ -1,7 +1,9 @@
-"""The renewal rounds of the leases a worker holds.
+"""The renewals of the leases a worker holds.
 
-Owns: one conditional renewal per held lease every renewer interval (with the registry report
-when early failover's heartbeats do not write it), the throughput written with it, and what a
+Owns: one conditional renewal per held lease every renewer interval, each lease at its own
+point of the interval (``core.leases.periods.first_renewal_due``: a steady trickle, not one
+burst per interval), the registry report when early failover's heartbeats do not write it, the
+throughput written with each renewal, and what a
 renewal's outcome leads to: a refused one explained and applied through ``HeldLeases`` (ours
 after all, handed on, lost), a failed one retried at the next round unless the lease has gone
 stale, an outgoing lease lost once its handoff timed out, an incoming one watched or activated
@@ -36,7 +38,12 @@ from kclasync._core.leases.held_lease import (
     release_reason,
 )
 from kclasync._core.leases.lease import CorruptLeaseError
-from kclasync._core.leases.periods import late_renewals, renewal_round_due
+from kclasync._core.leases.periods import (
+    first_renewal_due,
+    late_renewals,
+    renewal_round_due,
+    renewals_due,
+)
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.lease_handoffs import LeaseHandoffs
 from kclasync._runtime.worker_presence import WorkerPresence
@@ -161,15 +168,47 @@ class LeaseRenewals:
         self.held.request_stop(held, why)
 
     async def loop(self) -> None:
-        """Renew every renewer interval (with the registry report, unless early failover's
-        heartbeats write it)."""
+        """Renew each held lease every renewer interval, at its own point of the interval; and
+        report to the registry every interval, unless early failover's heartbeats write the
+        entry. A renewal still under way when its lease is due again is not doubled; the
+        renewals run in this loop's task group, so an unexpected error stops the worker."""
         now = self.held.now
-        due = now()
-        while True:
-            started = now()
-            if self.presence.heartbeat_interval is None:
-                await asyncio.gather(self.renew_all(due), self.presence.report())
-            else:  # the heartbeat loop writes the entry (``early_failover``)
-                await self.renew_all(due)
-            due = renewal_round_due(due, self.interval, started)
-            await asyncio.sleep(max(0.0, due - now()))
+        report_due = now()
+        reporting: asyncio.Task[None] | None = None
+        in_flight: set[str] = set()
+        # key -> (the handle scheduled, when its renewal is due): a lease lost and taken again
+        # is a new handle, scheduled afresh.
+        schedule: dict[str, tuple[HeldLease, float]] = {}
+        async with asyncio.TaskGroup() as renewing:
+            while True:
+                started = now()
+                for key in [k for k in schedule if k not in self.held]:
+                    del schedule[key]
+                for key in self.held:
+                    held = self.held[key]
+                    entry = schedule.get(key)
+                    if entry is None or entry[0] is not held:
+                        first = first_renewal_due(key, held.renewed_at, self.interval, started)
+                        schedule[key] = (held, first)
+                due, wake = renewals_due(
+                    {k: at for k, (_, at) in schedule.items() if k not in in_flight},
+                    started,
+                    self.interval,
+                )
+                for key in due:
+                    held, at = schedule[key]
+                    schedule[key] = (held, renewal_round_due(at, self.interval, started))
+                    in_flight.add(key)
+                    renewing.create_task(self._renew_scheduled(held, at, in_flight))
+                if self.presence.heartbeat_interval is None and started >= report_due:
+                    if reporting is None or reporting.done():
+                        reporting = renewing.create_task(self.presence.report())
+                    report_due = renewal_round_due(report_due, self.interval, started)
+                    wake = min(wake, report_due)
+                await asyncio.sleep(max(0.0, wake - now()))
+
+    async def _renew_scheduled(self, held: HeldLease, due: float, in_flight: set[str]) -> None:
+        try:
+            await self._renew(held, due)
+        finally:
+            in_flight.discard(held.key)

@@ -1,8 +1,19 @@
-"""When renewal rounds are due, and when a late renewal is worth a warning."""
+"""When each lease's renewal is due (spread over the interval), and when a late renewal is worth
+a warning."""
 
 from __future__ import annotations
 
-from kclasync._core.leases.periods import LATE_RENEWAL_SHARE, late_renewals, renewal_round_due
+from kclasync._core.leases.periods import (
+    FIRST_RENEWAL_FLOOR,
+    LATE_RENEWAL_SHARE,
+    RENEWAL_BATCH_SHARE,
+    RENEWER_WAKE_SHARE,
+    first_renewal_due,
+    late_renewals,
+    renewal_phase,
+    renewal_round_due,
+    renewals_due,
+)
 
 
 def test_rounds_are_due_one_interval_apart_from_their_due_time() -> None:
@@ -19,3 +30,36 @@ def test_late_renewals_are_judged_against_the_failover_time() -> None:
     assert not late_renewals(LATE_RENEWAL_SHARE * 10.0, 10.0)
     assert late_renewals(LATE_RENEWAL_SHARE * 10.0 + 0.001, 10.0)
     assert not late_renewals(0.0, 10.0)
+
+
+def test_phases_spread_leases_evenly_over_the_interval_and_stay_fixed() -> None:
+    keys = [f"shardId-{i:012d}" for i in range(2000)]
+    phases = [renewal_phase(k) for k in keys]
+    assert all(FIRST_RENEWAL_FLOOR <= p < 1 for p in phases)
+    # Ten equal slices of [floor, 1): each holds 10 % of the keys, give or take 3 points.
+    width = (1 - FIRST_RENEWAL_FLOOR) / 10
+    for i in range(10):
+        low = FIRST_RENEWAL_FLOOR + i * width
+        share = sum(low <= p < low + width for p in phases) / len(phases)
+        assert 0.07 <= share <= 0.13, (i, share)
+    assert renewal_phase(keys[0]) == renewal_phase(keys[0])  # no per-process hash seed
+
+
+def test_a_lease_taken_together_with_others_is_first_renewed_at_its_phase() -> None:
+    at = first_renewal_due("k", written=100.0, interval=3.0, seen=100.0)
+    assert at == 100.0 + 3.0 * renewal_phase("k")
+    assert 100.0 < at < 103.0
+    # Seen by the renewer after its phase passed: renewed when seen.
+    assert first_renewal_due("k", written=100.0, interval=3.0, seen=104.0) == 104.0
+
+
+def test_due_renewals_go_out_in_one_batch_and_the_renewer_wakes_for_the_next() -> None:
+    interval = 10.0
+    window = RENEWAL_BATCH_SHARE * interval
+    schedule = {"a": 5.0, "b": 5.0 + window / 2, "c": 7.0, "d": 50.0}
+    due, wake = renewals_due(schedule, 5.0, interval)
+    assert sorted(due) == ["a", "b"] and wake == 7.0
+    # Nothing due soon: wake anyway within a share of the interval, to see new leases.
+    due, wake = renewals_due({"d": 50.0}, 5.0, interval)
+    assert due == [] and wake == 5.0 + RENEWER_WAKE_SHARE * interval
+    assert renewals_due({}, 5.0, interval) == ([], 5.0 + RENEWER_WAKE_SHARE * interval)
