@@ -282,6 +282,7 @@ def build_worker(
             cfg.effective_heartbeat_interval,
             wake_taker=wake_taker,
             is_leader=elector.is_leader,
+            leader_id=elector.leader_id,
         )
         if cfg.effective_heartbeat_interval is not None
         else None

@@ -8,12 +8,18 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
 from kclasync._adapters.backends import AdapterBackend
-from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
+from kclasync._adapters.memory import (
+    MemoryCoordinatorState,
+    MemoryLeaseStore,
+    MemoryLeaseTable,
+    MemoryStreamClient,
+)
 from kclasync._records import Record
 from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
@@ -27,7 +33,11 @@ async def ignore(records: Sequence[Record]) -> None:
 
 
 def consumer(
-    table: MemoryLeaseTable, client: MemoryStreamClient, name: str, **cfg: object
+    table: MemoryLeaseTable,
+    client: MemoryStreamClient,
+    name: str,
+    locks: MemoryCoordinatorState | None = None,
+    **cfg: object,
 ) -> Consumer:
     settings: dict[str, object] = {
         "failover_time": FAILOVER,
@@ -41,7 +51,9 @@ def consumer(
         application_name="app",
         processor=ignore,
         config=ConsumerConfig(**settings),  # type: ignore[arg-type]
-        backend=AdapterBackend(MemoryLeaseStore(table), client),
+        backend=AdapterBackend(
+            MemoryLeaseStore(table), client, locks=None if locks is None else locks.shared()
+        ),
         registry=CollectorRegistry(),
         rng=random.Random(name),
     )
@@ -54,16 +66,18 @@ def owners(table: MemoryLeaseTable) -> dict[str, str | None]:
 class Fleet:
     """Workers on one in-memory table and stream, each run as a task."""
 
-    def __init__(self, **cfg: object) -> None:
+    def __init__(self, *, one_leader: bool = False, shards: int = 4, **cfg: object) -> None:
+        #: One leader lock for the fleet (else each worker leads alone).
+        self.locks = MemoryCoordinatorState() if one_leader else None
         self.client = MemoryStreamClient()
-        self.client.create_stream(STREAM, 4)
+        self.client.create_stream(STREAM, shards)
         self.table = MemoryLeaseTable()
         self.cfg = cfg
         self.consumers: dict[str, Consumer] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
     def start(self, name: str) -> Consumer:
-        c = consumer(self.table, self.client, name, **self.cfg)
+        c = consumer(self.table, self.client, name, self.locks, **self.cfg)
         self.consumers[name] = c
         self.tasks[name] = asyncio.create_task(c.run())
         return c
@@ -256,4 +270,57 @@ async def test_two_followers_share_a_killed_workers_leases_without_waiting_for_r
     # the first (the heartbeat interval is 0.5 s here): no retake rounds.
     assert times[-1] < 1.2 * FAILOVER, times
     assert times[-1] - times[0] < 0.5, times
+    await fleet.close()
+
+
+@in_virtual_time
+async def test_followers_read_only_the_leaders_entry_and_still_fail_over_early() -> None:
+    """The leader's silence digest: the other workers read one registry item per watch, not
+    the whole registry, and a killed follower or a killed leader is still taken over early,
+    the followers taking their share of its leases."""
+    loop = asyncio.get_running_loop()
+    fleet = Fleet(one_leader=True, shards=40)
+    names = [f"w{i}" for i in range(8)]
+    workers = {name: fleet.start(name) for name in names}
+
+    def parts(name: str) -> Any:
+        worker = workers[name]._worker
+        assert worker is not None and worker.early_failover is not None
+        return worker.early_failover
+
+    await wait_until(
+        lambda: len(fleet.table.leases) == 40 and set(owners(fleet.table).values()) == set(names),
+        40 * FAILOVER,
+        "leases on every worker",
+    )
+    leader = next(n for n in names if workers[n].is_leader)
+    followers = [n for n in names if n != leader]
+    await asyncio.sleep(FAILOVER)  # every follower has read the leader's digest by now
+    before = {n: parts(n).registry_reads for n in names}
+    own = {n: parts(n).leader_reads for n in followers}
+    await asyncio.sleep(FAILOVER)
+    for n in followers:
+        assert parts(n).registry_reads == before[n], n
+        # Two reads per heartbeat period (0.5 s) of the leader's entry alone.
+        assert parts(n).leader_reads - own[n] >= 30, n
+    assert parts(leader).registry_reads - before[leader] >= 30
+
+    async def killed_and_taken(victim: str) -> float:
+        killed = loop.time()
+        await fleet.kill(victim)
+        await wait_until(
+            lambda: victim not in owners(fleet.table).values(), 5 * FAILOVER, "leases taken"
+        )
+        return loop.time() - killed
+
+    # A follower killed: the others learn of it from the digest and take their share early.
+    takes = {n: parts(n).early_takes for n in followers}
+    took = await killed_and_taken(followers[0])
+    assert took < 1.2 * FAILOVER + 1.0  # one heartbeat period more at most
+    assert sum(parts(n).early_takes > takes[n] for n in followers[1:]) >= 2
+    for n in followers[1:]:
+        assert parts(n).follows_by_outcome["false_alarm"] == 0, n
+    # The leader killed: the followers watch its entry's heartbeat and take its leases early.
+    took = await killed_and_taken(leader)
+    assert took < 1.2 * FAILOVER + 1.0
     await fleet.close()
