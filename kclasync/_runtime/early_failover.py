@@ -76,6 +76,10 @@ class EarlyFailover:
         self.leader_reads = 0
         self.interval = interval
         self.view = HeartbeatView()
+        #: Whether ``view`` followed every watch since it began (False after a watch that read
+        #: the leader's entry alone: the view is then restarted before the next full read, or
+        #: every worker that wrote nothing meanwhile would look silent at once).
+        self._view_current = True
         #: Silent workers being followed, by id.
         self._following: set[str] = set()
         #: Counters: silences noticed, lease-table items read (keys from the owner index, and
@@ -127,9 +131,13 @@ class EarlyFailover:
         if leader is not None and leader != holder.worker_id:
             holder.presence.digest = None  # published only while leading
             if await self._watch_leader(followers, leader):
+                self._view_current = False
                 return
         else:
-            self._digest_lost()  # leading now, or no leader known: full reads from scratch
+            self.digest_view = DigestView()
+        if not self._view_current:
+            self.view = HeartbeatView()
+            self._view_current = True
         sent = holder.now()
         try:
             entries = await holder.presence.read_registry()
@@ -167,7 +175,7 @@ class EarlyFailover:
         except CorruptWorkerMetricsError:
             entry = None
         if entry is None or entry.digest is None:
-            self._digest_lost()
+            self.digest_view = DigestView()
             return False
         self.leader_reads += 1
         change = follow(self.digest_view, leader, entry, holder.worker_id, holder.now(), sent=sent)
@@ -175,31 +183,27 @@ class EarlyFailover:
         if change.wake and self._wake_taker is not None:
             self._wake_taker()
         self._start_following(followers, change.silent - self._following)
-        if change.leader_silent:
-            self._digest_lost()
-            return False
-        return True
-
-    def _digest_lost(self) -> None:
-        """Back to full reads: a view left from before the digest would see every worker that
-        did not move since then as silent, so it starts afresh (no joins, no silences on its
-        first read)."""
-        if self.digest_view.leader is not None:
-            self.digest_view = DigestView()
-            self.view = HeartbeatView()
+        # A silent leader publishes nothing new: read the whole registry too, until its
+        # heartbeat moves again or another worker leads.
+        return not change.leader_silent
 
     def _silent_now(self, owner: str) -> bool | None:
-        """Whether ``owner`` is still silent as this worker knows it: from the leader's digest
-        (or the leader's own heartbeat) while following one, else from this worker's view of
-        the registry. None: the view does not know the worker."""
-        digest = self.digest_view
-        if digest.leader is not None:
-            beat = digest.beats.beats.get(owner)
+        """Whether ``owner`` is still silent as this worker knows it: silent if its own view of
+        the registry (while current) or the leader's digest (or the leader's own heartbeat)
+        says so; a view restarted when the leader went silent has not watched long enough to
+        say it, so it cannot clear a silence the digest reported. None: nothing knows it."""
+        known: list[bool] = []
+        if self._view_current:
+            beat = self.view.beats.get(owner)
             if beat is not None:
-                return beat.silent
-            return owner in digest.acted
-        beat = self.view.beats.get(owner)
-        return None if beat is None else beat.silent
+                known.append(beat.silent)
+        digest = self.digest_view
+        leader_beat = digest.beats.beats.get(owner)
+        if leader_beat is not None:
+            known.append(leader_beat.silent)
+        elif owner in digest.acted:
+            known.append(True)
+        return any(known) if known else None
 
     def _start_following(self, followers: asyncio.TaskGroup, workers: Iterable[str]) -> None:
         holder = self._holder
