@@ -187,6 +187,10 @@ class EarlyFailover:
         # heartbeat moves again or another worker leads.
         return not change.leader_silent
 
+    def is_silent(self, worker: str) -> bool:
+        """Whether ``worker`` is silent now as far as this worker knows (``_silent_now``)."""
+        return self._silent_now(worker) is True
+
     def _silent_now(self, owner: str) -> bool | None:
         """Whether ``owner`` is still silent as this worker knows it: silent if its own view of
         the registry (while current) or the leader's digest (or the leader's own heartbeat)
@@ -269,11 +273,18 @@ class EarlyFailover:
         # The silent worker's leases that another worker took: newer than the last scan, so
         # the plans below count them as that worker's (``early_take_view``).
         others: dict[str, Lease] = {}
+        # What the previous look read, so that a re-check can tell the old owner's finishing of
+        # a handoff to the silent worker from the silent worker's own renewal.
+        before: dict[str, Lease] = {}
+        last: dict[str, Lease] = {}
 
         def seen(leases: list[Lease | None]) -> list[Lease | None]:
+            before.clear()
+            before.update(last)
             for lease in leases:
                 if lease is None:
                     continue
+                last[lease.key] = lease
                 if lease.owner in (None, owner, holder.worker_id):
                     others.pop(lease.key, None)
                 else:
@@ -303,6 +314,7 @@ class EarlyFailover:
                 seen(await self._read(check.waiting, tally)),
                 holder.now(),
                 recheck=True,
+                before=before,
             )
 
     async def _read(self, keys: set[str] | tuple[str, ...], tally: _Tally) -> list[Lease | None]:

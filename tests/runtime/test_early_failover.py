@@ -20,6 +20,7 @@ from kclasync._adapters.memory import (
     MemoryLeaseTable,
     MemoryStreamClient,
 )
+from kclasync._core.leases.lease import Lease
 from kclasync._records import Record
 from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
@@ -323,4 +324,68 @@ async def test_followers_read_only_the_leaders_entry_and_still_fail_over_early()
     # The leader killed: the followers watch its entry's heartbeat and take its leases early.
     took = await killed_and_taken(leader)
     assert took < 1.2 * FAILOVER + 1.0
+    await fleet.close()
+
+
+class SlowDrain(MemoryLeaseStore):
+    """An old owner whose last batch takes long: its handoff's last write lands late."""
+
+    async def finish_handoff(self, lease: Lease) -> Lease | None:
+        await asyncio.sleep(DRAIN)
+        return await super().finish_handoff(lease)
+
+
+DRAIN = 4.0
+
+
+@in_virtual_time
+async def test_a_worker_killed_while_leases_are_handed_to_it_is_taken_over_early() -> None:
+    """``b`` asks ``a`` for leases and is killed at once; ``a`` finishes the handoffs late (a
+    slow drain), after its follow of ``b`` first read them. That write changes the lease
+    without ``b`` coming back: the follow must keep waiting for the lease to expire and take
+    it, not leave it to the next taking round (KCL 2.x's period, 2 x the failover time)."""
+    loop = asyncio.get_running_loop()
+    fleet = Fleet()
+    a = Consumer(
+        stream_name=STREAM,
+        application_name="app",
+        processor=ignore,
+        config=ConsumerConfig(
+            failover_time=FAILOVER,
+            initial_position="TRIM_HORIZON",
+            idle_time_between_reads=0.5,
+            worker_id="a",
+        ),
+        backend=AdapterBackend(SlowDrain(fleet.table), fleet.client),
+        registry=CollectorRegistry(),
+        rng=random.Random("a"),
+    )
+    fleet.consumers["a"] = a
+    fleet.tasks["a"] = asyncio.create_task(a.run())
+    await wait_until(
+        lambda: len(fleet.table.leases) == 4 and set(owners(fleet.table).values()) == {"a"},
+        20 * FAILOVER,
+        "a holding every lease",
+    )
+    await asyncio.sleep(2 * FAILOVER)  # a has watched its own registry a while
+    fleet.start("b")
+    await wait_until(
+        lambda: any(lease.checkpoint_owner == "a" for lease in fleet.table.leases.values()),
+        20 * FAILOVER,
+        "b asking a for leases",
+    )
+    killed = loop.time()
+    await fleet.kill("b")
+    worker = a._worker
+    assert worker is not None and worker.early_failover is not None
+    early = worker.early_failover
+    await wait_until(
+        lambda: "b" not in owners(fleet.table).values(),
+        10 * FAILOVER,
+        "a taking back what it handed to b",
+    )
+    took = loop.time() - killed
+    # The handoff's last write, then one failover time unchanged, then a heartbeat period or two.
+    assert took < DRAIN + 1.3 * FAILOVER, took
+    assert early.early_takes >= 1
     await fleet.close()
