@@ -239,6 +239,8 @@ def units(d: dict[str, Any], state: dict[str, Any], workers: int) -> dict[str, A
         out["registry scan R"] = lists * read_units(
             reg.get("items_read", 0) / lists, rb, consistent=True
         )
+    # The leader's entry read alone by the others (early failover's silence digest).
+    out["registry get R"] = float(reg.get("get", 0) * read_units(1, rb, consistent=True))
     out["registry W"] = float((reg.get("report", 0) + reg.get("remove", 0)) * write_units(rb))
     co = d["coordinator"]
     out["coordinator R"] = float(co.get("get_lock", 0) + co.get("get_migration_state", 0))
@@ -286,7 +288,10 @@ def summarise(settings: SimulationSettings, state: dict[str, Any], wall: float) 
         "registry_reads_per_worker_second": reg.get("list_workers", 0)
         / settings.workers
         / d["time"],
-        "registry_items_per_worker_second": reg.get("items_read", 0) / settings.workers / d["time"],
+        # Scans' entries plus the single entries read alone (the leader's, by the others).
+        "registry_items_per_worker_second": (reg.get("items_read", 0) + reg.get("get", 0))
+        / settings.workers
+        / d["time"],
         "failover_median": pct(samples, 0.5),
         "failover_p99": pct(samples, 0.99),
         "failovers": len(samples),

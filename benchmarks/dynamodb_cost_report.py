@@ -32,7 +32,7 @@ def table(points: list[dict[str, Any]]) -> str:
             )
             continue
         u = p["units_per_lease_hour"]
-        reg = u.get("registry scan R", 0.0)
+        reg = u.get("registry scan R", 0.0) + u.get("registry get R", 0.0)
         rows.append(
             f"| {p['taker']} | {p['workers']} x {p['shards']} "
             f"| {p['write_units_per_lease_hour']:,.0f} | {p['read_units_per_lease_hour']:,.0f} "

@@ -43,8 +43,8 @@ class MemoryWorkerMetrics:
         self._tally("report")
         item = wi.encode_item(metrics)
         kept = dict(self.items.get(metrics.worker_id, {}))
-        # As the DynamoDB update: REMOVE cap and the heartbeat when the entry has none.
-        for name in (wi.CAPACITY, wi.HEARTBEAT, wi.HEARTBEAT_INTERVAL):
+        # As the DynamoDB update: REMOVE cap, the heartbeat and the digest when absent.
+        for name in wi.REPLACED_OR_REMOVED:
             kept.pop(name, None)
         self.items[metrics.worker_id] = {**kept, **item}
 
@@ -54,6 +54,11 @@ class MemoryWorkerMetrics:
         decoded = wi.decode_items(list(self.items.values()))
         self.corrupt_seen += len(decoded.corrupt)
         return decoded
+
+    async def get(self, worker_id: str) -> wm.WorkerMetrics | None:
+        self._tally("get")  # one item at most: ``items_read`` counts the scans' items
+        item = self.items.get(worker_id)
+        return None if item is None else wi.decode_item(item)
 
     async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
         self._tally("remove")

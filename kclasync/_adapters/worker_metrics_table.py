@@ -43,16 +43,14 @@ class DynamoWorkerMetrics(DynamoTable):
     async def report(self, metrics: wm.WorkerMetrics) -> None:
         item = wi.encode_item(metrics)
         fields = [wi.LAST_UPDATE, wi.METRIC_STATS, wi.OPERATING_RANGE]
-        if wi.CAPACITY in item:
-            fields.append(wi.CAPACITY)
         if wi.IMPLEMENTATION in item:
             fields.append(wi.IMPLEMENTATION)
-        fields.extend(f for f in (wi.HEARTBEAT, wi.HEARTBEAT_INTERVAL) if f in item)
+        fields.extend(f for f in wi.REPLACED_OR_REMOVED if f in item)
         names = {f"#a{i}": f for i, f in enumerate(fields)}
         values = {f":a{i}": item[f] for i, f in enumerate(fields)}
         update = "SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(fields)))
-        # A capacity or heartbeat period from an earlier run of this worker id no longer holds.
-        stale = [f for f in (wi.CAPACITY, wi.HEARTBEAT, wi.HEARTBEAT_INTERVAL) if f not in item]
+        # A capacity, heartbeat period or digest from an earlier report no longer holds.
+        stale = [f for f in wi.REPLACED_OR_REMOVED if f not in item]
         if stale:
             names.update({f"#r{i}": f for i, f in enumerate(stale)})
             update += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(stale)))
@@ -80,6 +78,19 @@ class DynamoWorkerMetrics(DynamoTable):
         decoded = wi.decode_items(items)  # the caller logs the unreadable ones (once each)
         self.corrupt_seen += len(decoded.corrupt)
         return decoded
+
+    async def get(self, worker_id: str) -> wm.WorkerMetrics | None:
+        """One entry, read strongly (None: no such entry). Raises CorruptWorkerMetricsError
+        for an unreadable one."""
+        async with mapped_errors("GetItem"):
+            self._count("get")
+            resp = await self._client.get_item(
+                TableName=self.table_name,
+                Key={wi.WORKER_ID: {"S": worker_id}},
+                ConsistentRead=True,
+            )
+        item = resp.get("Item")
+        return None if item is None else wi.decode_item(item)
 
     async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
         kwargs: dict[str, Any] = {

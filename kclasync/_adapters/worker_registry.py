@@ -29,6 +29,10 @@ class WorkerRegistry(Protocol):
     async def list_workers(self) -> DecodedEntries:
         """Every entry, strongly consistent; unreadable items come back as errors."""
 
+    async def get(self, worker_id: str) -> WorkerMetrics | None:
+        """One entry, strongly consistent (None: no such entry); raises
+        ``CorruptWorkerMetricsError`` for an unreadable one."""
+
     async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
         """Delete the worker's entry (graceful stop); a missing entry is not an error. With
         ``heartbeat``: only if the entry's heartbeat is still that value (a dead worker's entry

@@ -238,6 +238,7 @@ OP_CLASS: Mapping[str, OpClass] = {
     # WorkerRegistry
     "report": OpClass.RENEW,
     "list_workers": OpClass.SCAN,
+    "get": OpClass.READ,
     "remove": OpClass.WRITE,
 }
 

@@ -1,8 +1,12 @@
 """Early failover: heartbeats in the worker registry, and following the workers that go silent.
 
 Every heartbeat period this worker re-writes its registry entry (a full report with a CPU sample
-once per renewer period, a plain heartbeat otherwise), and twice per period it reads the
-registry (``READS_PER_PERIOD``). For each worker
+once per renewer period, a plain heartbeat otherwise), and twice per period it watches the
+registry (``READS_PER_PERIOD``): the leader (and a worker that knows no leader, or whose leader's
+entry carries no digest or went silent) reads every entry and, leading, publishes its silence
+digest with its next heartbeat; the others read the leader's entry alone
+(``core.workers.silence_digest``: O(workers) items per period for the fleet, not O(workers^2)).
+For each worker
 that just went silent (``core.worker_silence.watch_heartbeats``) a follower task reads that
 worker's leases at once (the owner index, and the leases it held in the last scan, each read
 strongly), feeds them to the taker's expiry tracker as a scan would, and reads the ones still
@@ -28,9 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._core.workers.silence_digest import DigestView, follow, publish
+from kclasync._core.workers.worker_metrics_item import CorruptWorkerMetricsError
 from kclasync._core.workers.worker_silence import (
     READS_PER_PERIOD,
     RETAKE_ROUNDS,
@@ -58,12 +64,22 @@ class EarlyFailover:
         interval: float,
         wake_taker: Callable[[], None] | None = None,
         is_leader: Callable[[], bool] | None = None,
+        leader_id: Callable[[], str | None] | None = None,
     ) -> None:
         self._holder = holder
         self._wake_taker = wake_taker
         self._is_leader = is_leader
+        self._leader_id = leader_id
+        #: What this worker read from the leader's entry (``silence_digest.follow``).
+        self.digest_view = DigestView()
+        #: Reads of the leader's entry alone (the rest are ``registry_reads``).
+        self.leader_reads = 0
         self.interval = interval
         self.view = HeartbeatView()
+        #: Whether ``view`` followed every watch since it began (False after a watch that read
+        #: the leader's entry alone: the view is then restarted before the next full read, or
+        #: every worker that wrote nothing meanwhile would look silent at once).
+        self._view_current = True
         #: Silent workers being followed, by id.
         self._following: set[str] = set()
         #: Counters: silences noticed, lease-table items read (keys from the owner index, and
@@ -111,6 +127,17 @@ class EarlyFailover:
 
     async def _watch(self, followers: asyncio.TaskGroup) -> None:
         holder = self._holder
+        leader = self._leader_id() if self._leader_id is not None else None
+        if leader is not None and leader != holder.worker_id:
+            holder.presence.digest = None  # published only while leading
+            if await self._watch_leader(followers, leader):
+                self._view_current = False
+                return
+        else:
+            self.digest_view = DigestView()
+        if not self._view_current:
+            self.view = HeartbeatView()
+            self._view_current = True
         sent = holder.now()
         try:
             entries = await holder.presence.read_registry()
@@ -120,20 +147,76 @@ class EarlyFailover:
         self.registry_reads += 1
         change = watch_heartbeats(self.view, entries, holder.worker_id, holder.now(), sent=sent)
         self.view = change.view
+        leading = self._is_leader is not None and self._is_leader()
+        if leading and self._leader_id is not None:
+            holder.presence.digest = publish(
+                self.view, change, holder.taking.last_scan, holder.presence.digest
+            )
         if (change.left or change.joined) and self._wake_taker is not None:
             # Released leases, or a newcomer's share: a taking round now, not at the next period.
             self._wake_taker()
         silent = change.silent - self._following
         follow = worth_following(silent, self.view, holder.taking.last_scan)
         self.skipped_silences += len(silent - follow)
-        for worker in sorted(follow):
+        self._start_following(followers, follow)
+        if leading:
+            await self._remove_stale()
+
+    async def _watch_leader(self, followers: asyncio.TaskGroup, leader: str) -> bool:
+        """Read the leader's entry alone and act on its digest; False when the whole registry
+        must be read instead (no digest there, or the leader itself is silent)."""
+        holder = self._holder
+        sent = holder.now()
+        try:
+            entry = await holder.presence.registry.get(leader)
+        except AdapterError as exc:
+            log.info("reading the leader's registry entry failed: %s", exc)
+            return True  # as a failed full read: the next period reads again
+        except CorruptWorkerMetricsError:
+            entry = None
+        if entry is None or entry.digest is None:
+            self.digest_view = DigestView()
+            return False
+        self.leader_reads += 1
+        change = follow(self.digest_view, leader, entry, holder.worker_id, holder.now(), sent=sent)
+        self.digest_view = change.view
+        if change.wake and self._wake_taker is not None:
+            self._wake_taker()
+        self._start_following(followers, change.silent - self._following)
+        # A silent leader publishes nothing new: read the whole registry too, until its
+        # heartbeat moves again or another worker leads.
+        return not change.leader_silent
+
+    def is_silent(self, worker: str) -> bool:
+        """Whether ``worker`` is silent now as far as this worker knows (``_silent_now``)."""
+        return self._silent_now(worker) is True
+
+    def _silent_now(self, owner: str) -> bool | None:
+        """Whether ``owner`` is still silent as this worker knows it: silent if its own view of
+        the registry (while current) or the leader's digest (or the leader's own heartbeat)
+        says so; a view restarted when the leader went silent has not watched long enough to
+        say it, so it cannot clear a silence the digest reported. None: nothing knows it."""
+        known: list[bool] = []
+        if self._view_current:
+            beat = self.view.beats.get(owner)
+            if beat is not None:
+                known.append(beat.silent)
+        digest = self.digest_view
+        leader_beat = digest.beats.beats.get(owner)
+        if leader_beat is not None:
+            known.append(leader_beat.silent)
+        elif owner in digest.acted:
+            known.append(True)
+        return any(known) if known else None
+
+    def _start_following(self, followers: asyncio.TaskGroup, workers: Iterable[str]) -> None:
+        holder = self._holder
+        for worker in sorted(workers):
             if not holder.taking.enabled or holder.taking.leader_assigns:
                 break
             self._following.add(worker)
             self.silences += 1
             followers.create_task(self._follow(worker), name=f"follow-{worker}")
-        if self._is_leader is not None and self._is_leader():
-            await self._remove_stale()
 
     async def _remove_stale(self) -> None:
         """As the leader: delete the entries of workers long dead (``stale_entries``)."""
@@ -162,10 +245,9 @@ class EarlyFailover:
                 self._wake_taker()  # a full taking round instead, not the next period's
         finally:
             self._following.discard(owner)
-            beat = self.view.beats.get(owner)
             if tally.expired:
                 outcome = "failover"
-            elif beat is not None and not beat.silent:
+            elif self._silent_now(owner) is False:
                 outcome = "false_alarm"
             elif tally.items == 0:
                 outcome = "no_leases"
@@ -191,11 +273,18 @@ class EarlyFailover:
         # The silent worker's leases that another worker took: newer than the last scan, so
         # the plans below count them as that worker's (``early_take_view``).
         others: dict[str, Lease] = {}
+        # What the previous look read, so that a re-check can tell the old owner's finishing of
+        # a handoff to the silent worker from the silent worker's own renewal.
+        before: dict[str, Lease] = {}
+        last: dict[str, Lease] = {}
 
         def seen(leases: list[Lease | None]) -> list[Lease | None]:
+            before.clear()
+            before.update(last)
             for lease in leases:
                 if lease is None:
                     continue
+                last[lease.key] = lease
                 if lease.owner in (None, owner, holder.worker_id):
                     others.pop(lease.key, None)
                 else:
@@ -217,7 +306,7 @@ class EarlyFailover:
             if check.recheck_at is None or not taking.enabled:
                 return
             await asyncio.sleep(max(0.0, check.recheck_at - holder.now()))
-            if owner not in self.view.silent_workers():
+            if not self._silent_now(owner):
                 return  # it heartbeats again: its renewals keep its leases
             check = judge_silent_leases(
                 taking.expiry,
@@ -225,6 +314,7 @@ class EarlyFailover:
                 seen(await self._read(check.waiting, tally)),
                 holder.now(),
                 recheck=True,
+                before=before,
             )
 
     async def _read(self, keys: set[str] | tuple[str, ...], tally: _Tally) -> list[Lease | None]:

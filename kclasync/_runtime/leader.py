@@ -61,6 +61,13 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return self.state.is_leader(self.now())
 
+    def leader_id(self) -> str | None:
+        """This worker when it leads, else the owner the lock named at its last read (None:
+        no lock, or a released one). The named owner may be dead: the lock expires later."""
+        if self.is_leader():
+            return self.worker_id
+        return self.state.seen_owner
+
     def subscribe(self) -> asyncio.Event:
         """An event set each time this worker becomes leader (the subscriber clears it)."""
         event = asyncio.Event()

@@ -15,10 +15,17 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Callable
 
 import attrs
 
-from kclasync._core.assignment.lease_taker import LeaseTaker, TakePlan, TakeView, replan_at_once
+from kclasync._core.assignment.lease_taker import (
+    LeaseTaker,
+    TakePlan,
+    TakeView,
+    hands_over,
+    replan_at_once,
+)
 from kclasync._core.assignment.startup import first_round_delay
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.held_lease import HeldLease
@@ -74,8 +81,17 @@ class LeaseTaking:
         self.last_scan: tuple[Lease, ...] = ()
         #: Loop time the last scan was sent (it shows the table as it was then or later).
         self.last_scan_sent: float | None = None
+        #: Whether early failover knows a worker to be silent now (set by the wiring when
+        #: heartbeats run): it judges silence within heartbeats, the registry's live set only
+        #: at each taking round and after the worker timeout.
+        self.known_silent: Callable[[str], bool] = lambda worker: False
         self._reported_sticky: set[str] = set()
         self._reported_corrupt: set[str] = set()
+
+    def owner_live(self, worker: str | None) -> bool:
+        """Whether ``worker`` can still act on its leases, as this worker knows it: live at the
+        last scan of the registry, and not silent since as early failover judges it."""
+        return worker is not None and worker in self.live_workers and not self.known_silent(worker)
 
     def exclude(self, key: str, seconds: float) -> None:
         """Do not take ``key`` again for ``seconds`` (a shard whose pipeline failed)."""
@@ -189,8 +205,9 @@ class LeaseTaking:
         return taken
 
     async def _steal(self, lease: Lease) -> Lease | None:
-        """A planned move. With graceful handoff the old owner finishes and checkpoints first."""
-        if not self.graceful_handoff or lease.owner is None:
+        """A planned move. With graceful handoff a live old owner finishes and checkpoints first."""
+        silent = lease.owner is not None and self.known_silent(lease.owner)
+        if not hands_over(lease, graceful_handoff=self.graceful_handoff, owner_live=not silent):
             return await self._take(lease, stolen=True)
         if lease.key in self.held:
             return None

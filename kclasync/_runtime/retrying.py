@@ -251,6 +251,9 @@ class RetryingWorkerRegistry:
     async def list_workers(self) -> DecodedEntries:
         return await self.retrier.call("list_workers", self.inner.list_workers)
 
+    async def get(self, worker_id: str) -> WorkerMetrics | None:
+        return await self.retrier.call("get", lambda: self.inner.get(worker_id))
+
     async def remove(self, worker_id: str, *, heartbeat: int | None = None) -> bool:
         return await self.retrier.call(
             "remove", lambda: self.inner.remove(worker_id, heartbeat=heartbeat)

@@ -218,7 +218,7 @@ def lease_coordinator(
     )
     handoffs = LeaseHandoffs(
         held,
-        is_live=lambda worker: worker in taking.live_workers,
+        is_live=taking.owner_live,
         worker_failover=presence.tracker.failover_time,
     )
     renewals = LeaseRenewals(
@@ -282,10 +282,13 @@ def build_worker(
             cfg.effective_heartbeat_interval,
             wake_taker=wake_taker,
             is_leader=elector.is_leader,
+            leader_id=elector.leader_id,
         )
         if cfg.effective_heartbeat_interval is not None
         else None
     )
+    if early_failover is not None:
+        coordinator.taking.known_silent = early_failover.is_silent
     shard_sync = shard_sync_for(spec, store, stream_client, coordinator, wake_taker)
     duties = LeaderDuties(
         config=cfg,

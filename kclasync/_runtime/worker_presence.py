@@ -34,6 +34,7 @@ from kclasync._core.workers.worker_metrics import (
     CPU,
     FAILED_SAMPLE,
     KCLASYNC,
+    SilenceDigest,
     WorkerMetrics,
     may_report_metric,
 )
@@ -95,6 +96,9 @@ class WorkerPresence:
         #: Early failover: the heartbeat period written with every entry (``hbi``); None:
         #: entries carry no heartbeat.
         self.heartbeat_interval = heartbeat_interval
+        #: The silence digest this worker publishes with its heartbeats while it leads
+        #: (``core.workers.silence_digest``; set by early failover, None otherwise).
+        self.digest: SilenceDigest | None = None
         self._beat = 0
         #: The entry as last written (a heartbeat re-writes it with a new ``lut`` and ``hb``).
         self._written: WorkerMetrics | None = None
@@ -174,6 +178,7 @@ class WorkerPresence:
     def _with_heartbeat(self, entry: WorkerMetrics, now: float) -> WorkerMetrics:
         if self.heartbeat_interval is None:
             return entry
+        entry = attrs.evolve(entry, digest=self.digest)
         # Changes with every write (readers only compare it), even within one millisecond.
         self._beat = max(self._beat + 1, int(now * 1000))
         return attrs.evolve(entry, heartbeat=self._beat, heartbeat_interval=self.heartbeat_interval)

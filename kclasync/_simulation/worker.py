@@ -111,6 +111,12 @@ class SimWorkerRegistry(MemoryWorkerMetrics):
         await self.worker.gate()
         return result
 
+    async def get(self, worker_id: str) -> WorkerMetrics | None:
+        await self.worker.gate()
+        result = await super().get(worker_id)
+        await self.worker.gate()
+        return result
+
 
 class SimLeaseStore(MemoryLeaseStore):
     """A worker's view of the shared table: gated by its pause, and observed by the checker."""

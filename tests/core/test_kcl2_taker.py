@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from kclasync._core.assignment.lease_taker import Kcl2LeaseTaker, TakeView
+from kclasync._core.assignment.lease_taker import Kcl2LeaseTaker, TakeView, hands_over
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.lease import Lease
 from kclasync._core.leases.position import SHARD_END
@@ -67,3 +67,12 @@ def test_sticky_release_is_not_taken_and_pinned_is_not_stolen() -> None:
     ]
     plan = Kcl2LeaseTaker().plan(view(leases), random.Random(1))
     assert plan.empty
+
+
+def test_a_steal_asks_for_a_handoff_only_from_a_live_owner() -> None:
+    owned = Lease(key="k", owner="a", counter=3)
+    assert hands_over(owned, graceful_handoff=True, owner_live=True)
+    # A silent owner would never finish it: the lease is taken at once.
+    assert not hands_over(owned, graceful_handoff=True, owner_live=False)
+    assert not hands_over(owned, graceful_handoff=False, owner_live=True)
+    assert not hands_over(Lease(key="k"), graceful_handoff=True, owner_live=True)

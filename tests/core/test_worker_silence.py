@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+import pytest
+
 from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._core.assignment.balanced_taker import BalancedLeaseTaker
 from kclasync._core.assignment.lease_taker import Kcl2LeaseTaker
@@ -20,6 +22,7 @@ from kclasync._core.workers.worker_silence import (
     after_early_take,
     default_heartbeat_interval,
     early_take_view,
+    handoff_finished_by_other,
     judge_silent_leases,
     stale_entries,
     watch_heartbeats,
@@ -234,6 +237,47 @@ def test_a_stalled_owner_that_resumed_is_never_taken() -> None:
         assert not check.expired and not check.waiting
         resumed = Lease(key="k", owner="b", counter=resumed.counter + 1)
     assert not tracker.is_expired(Lease(key="k", owner="b", counter=8), first.recheck_at + 1)
+
+
+def test_a_handoff_finished_by_the_old_owner_is_not_the_silent_owners_renewal() -> None:
+    """``b`` asked ``a`` for the lease and went silent; ``a`` finished the handoff after the
+    first look. At the check that write neither means ``b`` came back nor restarts the clock:
+    the lease is expired then, a failover time after the first look."""
+    tracker = ExpiryTracker(F)
+    during = Lease(key="k", owner="b", counter=7, checkpoint_owner="a")
+    first = judge_silent_leases(tracker, "b", [during], 12.0, recheck=False)
+    assert first.waiting == ("k",) and first.recheck_at == 12.0 + F + RECHECK_SLACK
+    finished = Lease(key="k", owner="b", counter=8)
+    check = judge_silent_leases(
+        tracker, "b", [finished], first.recheck_at, recheck=True, before={"k": during}
+    )
+    assert check.expired == (finished,)
+    assert tracker.last_change("k") == 12.0
+    # Without what the previous look read, the change counts as the owner's.
+    tracker = ExpiryTracker(F)
+    judge_silent_leases(tracker, "b", [during], 12.0, recheck=False)
+    check = judge_silent_leases(tracker, "b", [finished], first.recheck_at, recheck=True)
+    assert not check.expired and not check.waiting
+
+
+@pytest.mark.parametrize(
+    ("after", "why"),
+    [
+        (Lease(key="k", owner="b", counter=9), "the owner renewed too"),
+        (Lease(key="k", owner="b", counter=8, checkpoint_owner="a"), "still under way"),
+        (Lease(key="k", owner="c", counter=8), "another owner"),
+    ],
+)
+def test_other_changes_after_a_handoff_are_not_the_old_owners_finish(
+    after: Lease, why: str
+) -> None:
+    during = Lease(key="k", owner="b", counter=7, checkpoint_owner="a")
+    assert not handoff_finished_by_other(during, after), why
+    assert handoff_finished_by_other(during, Lease(key="k", owner="b", counter=8))
+    # No handoff under way before: a +1 is the owner's own write.
+    assert not handoff_finished_by_other(
+        Lease(key="k", owner="b", counter=7), Lease(key="k", owner="b", counter=8)
+    )
 
 
 def test_leases_of_another_owner_now_or_deleted_are_left_alone() -> None:

@@ -8,12 +8,19 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from kclasync import Consumer, ConsumerConfig
 from kclasync._adapters.backends import AdapterBackend
-from kclasync._adapters.memory import MemoryLeaseStore, MemoryLeaseTable, MemoryStreamClient
+from kclasync._adapters.memory import (
+    MemoryCoordinatorState,
+    MemoryLeaseStore,
+    MemoryLeaseTable,
+    MemoryStreamClient,
+)
+from kclasync._core.leases.lease import Lease
 from kclasync._records import Record
 from tests.runtime.virtual import in_virtual_time
 from tests.support import wait_until
@@ -27,7 +34,11 @@ async def ignore(records: Sequence[Record]) -> None:
 
 
 def consumer(
-    table: MemoryLeaseTable, client: MemoryStreamClient, name: str, **cfg: object
+    table: MemoryLeaseTable,
+    client: MemoryStreamClient,
+    name: str,
+    locks: MemoryCoordinatorState | None = None,
+    **cfg: object,
 ) -> Consumer:
     settings: dict[str, object] = {
         "failover_time": FAILOVER,
@@ -41,7 +52,9 @@ def consumer(
         application_name="app",
         processor=ignore,
         config=ConsumerConfig(**settings),  # type: ignore[arg-type]
-        backend=AdapterBackend(MemoryLeaseStore(table), client),
+        backend=AdapterBackend(
+            MemoryLeaseStore(table), client, locks=None if locks is None else locks.shared()
+        ),
         registry=CollectorRegistry(),
         rng=random.Random(name),
     )
@@ -54,16 +67,18 @@ def owners(table: MemoryLeaseTable) -> dict[str, str | None]:
 class Fleet:
     """Workers on one in-memory table and stream, each run as a task."""
 
-    def __init__(self, **cfg: object) -> None:
+    def __init__(self, *, one_leader: bool = False, shards: int = 4, **cfg: object) -> None:
+        #: One leader lock for the fleet (else each worker leads alone).
+        self.locks = MemoryCoordinatorState() if one_leader else None
         self.client = MemoryStreamClient()
-        self.client.create_stream(STREAM, 4)
+        self.client.create_stream(STREAM, shards)
         self.table = MemoryLeaseTable()
         self.cfg = cfg
         self.consumers: dict[str, Consumer] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
     def start(self, name: str) -> Consumer:
-        c = consumer(self.table, self.client, name, **self.cfg)
+        c = consumer(self.table, self.client, name, self.locks, **self.cfg)
         self.consumers[name] = c
         self.tasks[name] = asyncio.create_task(c.run())
         return c
@@ -256,4 +271,121 @@ async def test_two_followers_share_a_killed_workers_leases_without_waiting_for_r
     # the first (the heartbeat interval is 0.5 s here): no retake rounds.
     assert times[-1] < 1.2 * FAILOVER, times
     assert times[-1] - times[0] < 0.5, times
+    await fleet.close()
+
+
+@in_virtual_time
+async def test_followers_read_only_the_leaders_entry_and_still_fail_over_early() -> None:
+    """The leader's silence digest: the other workers read one registry item per watch, not
+    the whole registry, and a killed follower or a killed leader is still taken over early,
+    the followers taking their share of its leases."""
+    loop = asyncio.get_running_loop()
+    fleet = Fleet(one_leader=True, shards=40)
+    names = [f"w{i}" for i in range(8)]
+    workers = {name: fleet.start(name) for name in names}
+
+    def parts(name: str) -> Any:
+        worker = workers[name]._worker
+        assert worker is not None and worker.early_failover is not None
+        return worker.early_failover
+
+    await wait_until(
+        lambda: len(fleet.table.leases) == 40 and set(owners(fleet.table).values()) == set(names),
+        40 * FAILOVER,
+        "leases on every worker",
+    )
+    leader = next(n for n in names if workers[n].is_leader)
+    followers = [n for n in names if n != leader]
+    await asyncio.sleep(FAILOVER)  # every follower has read the leader's digest by now
+    before = {n: parts(n).registry_reads for n in names}
+    own = {n: parts(n).leader_reads for n in followers}
+    await asyncio.sleep(FAILOVER)
+    for n in followers:
+        assert parts(n).registry_reads == before[n], n
+        # Two reads per heartbeat period (0.5 s) of the leader's entry alone.
+        assert parts(n).leader_reads - own[n] >= 30, n
+    assert parts(leader).registry_reads - before[leader] >= 30
+
+    async def killed_and_taken(victim: str) -> float:
+        killed = loop.time()
+        await fleet.kill(victim)
+        await wait_until(
+            lambda: victim not in owners(fleet.table).values(), 5 * FAILOVER, "leases taken"
+        )
+        return loop.time() - killed
+
+    # A follower killed: the others learn of it from the digest and take their share early.
+    takes = {n: parts(n).early_takes for n in followers}
+    took = await killed_and_taken(followers[0])
+    assert took < 1.2 * FAILOVER + 1.0  # one heartbeat period more at most
+    assert sum(parts(n).early_takes > takes[n] for n in followers[1:]) >= 2
+    for n in followers[1:]:
+        assert parts(n).follows_by_outcome["false_alarm"] == 0, n
+    # The leader killed: the followers watch its entry's heartbeat and take its leases early.
+    took = await killed_and_taken(leader)
+    assert took < 1.2 * FAILOVER + 1.0
+    await fleet.close()
+
+
+class SlowDrain(MemoryLeaseStore):
+    """An old owner whose last batch takes long: its handoff's last write lands late."""
+
+    async def finish_handoff(self, lease: Lease) -> Lease | None:
+        await asyncio.sleep(DRAIN)
+        return await super().finish_handoff(lease)
+
+
+DRAIN = 4.0
+
+
+@in_virtual_time
+async def test_a_worker_killed_while_leases_are_handed_to_it_is_taken_over_early() -> None:
+    """``b`` asks ``a`` for leases and is killed at once; ``a`` finishes the handoffs late (a
+    slow drain), after its follow of ``b`` first read them. That write changes the lease
+    without ``b`` coming back: the follow must keep waiting for the lease to expire and take
+    it, not leave it to the next taking round (KCL 2.x's period, 2 x the failover time)."""
+    loop = asyncio.get_running_loop()
+    fleet = Fleet()
+    a = Consumer(
+        stream_name=STREAM,
+        application_name="app",
+        processor=ignore,
+        config=ConsumerConfig(
+            failover_time=FAILOVER,
+            initial_position="TRIM_HORIZON",
+            idle_time_between_reads=0.5,
+            worker_id="a",
+        ),
+        backend=AdapterBackend(SlowDrain(fleet.table), fleet.client),
+        registry=CollectorRegistry(),
+        rng=random.Random("a"),
+    )
+    fleet.consumers["a"] = a
+    fleet.tasks["a"] = asyncio.create_task(a.run())
+    await wait_until(
+        lambda: len(fleet.table.leases) == 4 and set(owners(fleet.table).values()) == {"a"},
+        20 * FAILOVER,
+        "a holding every lease",
+    )
+    await asyncio.sleep(2 * FAILOVER)  # a has watched its own registry a while
+    fleet.start("b")
+    await wait_until(
+        lambda: any(lease.checkpoint_owner == "a" for lease in fleet.table.leases.values()),
+        20 * FAILOVER,
+        "b asking a for leases",
+    )
+    killed = loop.time()
+    await fleet.kill("b")
+    worker = a._worker
+    assert worker is not None and worker.early_failover is not None
+    early = worker.early_failover
+    await wait_until(
+        lambda: "b" not in owners(fleet.table).values(),
+        10 * FAILOVER,
+        "a taking back what it handed to b",
+    )
+    took = loop.time() - killed
+    # The handoff's last write, then one failover time unchanged, then a heartbeat period or two.
+    assert took < DRAIN + 1.3 * FAILOVER, took
+    assert early.early_takes >= 1
     await fleet.close()

@@ -89,6 +89,28 @@ async def test_planned_move_drains_checkpoints_and_finishes() -> None:
     assert table.leases["L"].checkpoint_owner is None and table.leases["L"].owner == "b"
 
 
+async def test_a_move_from_a_silent_owner_takes_the_lease_without_a_handoff() -> None:
+    """Early failover knows ``a`` stopped heartbeating: asking it to hand the lease over would
+    leave ``b`` waiting for it up to the handoff timeout. The move is a plain take, fenced on
+    the counter; from a live owner it stays a handoff."""
+    table = MemoryLeaseTable()
+    a, b = coordinator("a", table, Events()), coordinator("b", table, Events())
+    for key in ("L", "M"):
+        await a.store.create_lease(Lease(key=key))
+        assert await a.taking._take(table.leases[key], stolen=False) is not None
+    b.taking.live_workers = frozenset({"a", "b"})  # as the last registry read showed
+    assert await b.taking._steal(table.leases["L"]) is not None
+    assert table.leases["L"].checkpoint_owner == "a"  # a live owner: a handoff
+    b.taking.known_silent = lambda worker: worker == "a"
+    assert not b.handoffs._is_live("a")
+    before = table.leases["M"].counter
+    assert await b.taking._steal(table.leases["M"]) is not None
+    taken = table.leases["M"]
+    assert taken.owner == "b" and taken.checkpoint_owner is None
+    assert taken.counter == before + 1
+    assert b.held["M"].state is HeldState.ACTIVE
+
+
 async def test_lease_handed_back_before_it_was_started_is_passed_on_at_once() -> None:
     # Regression: b was given L, but before its renewer noticed the transfer had finished, a
     # asked for L back. b must pass it on immediately, not drop it and leave a waiting for the

@@ -53,6 +53,17 @@ async def registry_contract(registry: WorkerRegistry) -> None:
     assert await registry.remove("d", heartbeat=8) is True
     assert await registry.remove("d", heartbeat=8) is False  # already gone
     assert [e.worker_id for e in (await registry.list_workers()).entries] == ["b"]
+    # One entry read alone; the leader's silence digest is written, and dropped with its
+    # leadership (a report without it).
+    assert await registry.get("b") == wm.WorkerMetrics("b", 1001)
+    assert await registry.get("nobody") is None
+    leader = attrs.evolve(beating, digest=wm.SilenceDigest({"x": 3}, 2))
+    await registry.report(leader)
+    assert await registry.get("d") == leader
+    await registry.report(beating)
+    got = await registry.get("d")
+    assert got is not None and got.digest is None and got.heartbeat == beating.heartbeat
+    await registry.remove("d")
 
 
 async def test_memory_registry() -> None:

@@ -262,7 +262,7 @@ class MemoryLeaseStore:
         return await self._write("start_handoff", lambda: self._apply(lease.key, write))
 
     async def finish_handoff(self, lease: Lease) -> Lease | None:
-        """The new owner accepts: counter+1 and ``checkpoint_owner`` removed."""
+        """The old owner (``checkpoint_owner``) lets go: counter+1, ``checkpoint_owner`` removed."""
         write = rules.finish_handoff(lease)
         return await self._write("finish_handoff", lambda: self._apply(lease.key, write))
 

@@ -88,6 +88,18 @@ def is_stealable(lease: Lease) -> bool:
     return lease.sticky_mode not in (StickyMode.PINNED, StickyMode.RELEASE)
 
 
+def hands_over(lease: Lease, *, graceful_handoff: bool, owner_live: bool) -> bool:
+    """Whether a planned steal asks the owner to hand the lease over (the owner finishes its
+    batch and checkpoints before the new owner reads) rather than taking it at once.
+
+    Only a live owner can finish a handoff. One that stopped heartbeating (early failover's
+    judgement: only workers that heartbeat can be judged so, never a Java worker) never will,
+    and the new owner would wait up to the handoff timeout for it; its lease is taken at once,
+    conditional on its counter like any steal (a stopped owner cannot renew it any more, and
+    one only paused loses it at its next renewal)."""
+    return graceful_handoff and lease.owner is not None and owner_live
+
+
 def split_available(view: TakeView) -> tuple[list[Lease], list[Lease]]:
     """Partition assignable leases into (available, held by a live owner)."""
     available: list[Lease] = []

@@ -57,6 +57,19 @@ class ExpiryTracker:
             seen.stamp = NEVER if lease.owner is None else now
             seen.since = now
 
+    def observe_not_renewed(self, lease: Lease, now: float) -> None:
+        """Record a change that was not a renewal by the lease's owner (its old owner finishing
+        a handoff to it: ``worker_silence.handoff_finished_by_other``): the new counter, and
+        the owner's last change where it was. A lease not seen before under this owner is
+        observed as any other."""
+        seen = self._seen.get(lease.key)
+        if seen is None or seen.owner != lease.owner:
+            self.observe_one(lease, now)
+            return
+        if seen.counter != lease.counter:
+            seen.counter = lease.counter
+            seen.since = now
+
     def has_seen(self, lease: Lease) -> bool:
         """Whether this worker last saw the lease with this counter and owner."""
         seen = self._seen.get(lease.key)

@@ -76,6 +76,8 @@ class LeaderLockState:
 
     worker_id: str
     _seen_version: str | None = attrs.field(default=None, init=False)
+    #: The owner named by the lock item last read (None: no item, or a released one).
+    seen_owner: str | None = attrs.field(default=None, init=False)
     _seen_at: float = attrs.field(default=0.0, init=False)
     _held_version: str | None = attrs.field(default=None, init=False)
     _held_sent_at: float = attrs.field(default=0.0, init=False)
@@ -86,7 +88,9 @@ class LeaderLockState:
         if item is None:
             self._seen_version = None
             self._held_version = None
+            self.seen_owner = None
             return
+        self.seen_owner = None if item.released else item.owner
         if item.record_version != self._seen_version:
             self._seen_version = item.record_version
             self._seen_at = now

@@ -6,8 +6,9 @@ Owns: the value type of one worker's entry, the rules a KCL 3.x leader applies t
 which lease-table keys are the registry items of earlier kclasync versions (the one-time
 migration).
 
-The item's attributes and their codec: ``_core.workers.worker_metrics_item``. ``cap``, ``impl``,
-``hb`` and ``hbi`` are kclasync's own; a KCL 3.x leader ignores attributes it does not know.
+The item's attributes and their codec: ``_core.workers.worker_metrics_item``. ``cap``,
+``impl``, ``hb``, ``hbi``, ``sil`` and ``mv`` are kclasync's own; a KCL 3.x leader ignores
+attributes it does not know.
 
 Metric short names: ``C`` CPU, ``M`` memory, ``NI``/``NO`` network in/out (percent of the
 operating range's maximum); ``T`` throughput exists as a short name too, but the leader's
@@ -47,6 +48,18 @@ LEGACY_WORKER_KEY_PREFIX = "__worker__:"
 
 
 @attrs.frozen
+class SilenceDigest:
+    """What a kclasync leader publishes in its own entry for early failover
+    (``core.workers.silence_digest``)."""
+
+    #: Workers the leader judged silent and worth following -> the heartbeat value each stood
+    #: still at.
+    silent: Mapping[str, int] = attrs.field(factory=dict)
+    #: Moves each time the leader saw an entry join or leave the registry.
+    members: int = 0
+
+
+@attrs.frozen
 class WorkerMetrics:
     """One worker's entry."""
 
@@ -68,6 +81,8 @@ class WorkerMetrics:
     #: kclasync's heartbeat period (``hbi``) in seconds; None: the entry is written only with
     #: the renewals (no early silence judgement).
     heartbeat_interval: float | None = None
+    #: kclasync's silence digest (``sil``, ``mv``): only on the leader's entry.
+    digest: SilenceDigest | None = None
 
     def with_sample(
         self, metric: str, value: float, *, maximum: int = 100, keep: int = DEFAULT_SAMPLES_KEPT

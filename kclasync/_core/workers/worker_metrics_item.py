@@ -23,6 +23,9 @@ The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against th
                 writer's wall-clock milliseconds; readers only compare it for change)
 ``hbi``   N     kclasync only: the heartbeat period in milliseconds the writer keeps; an
                 entry with it is judged silent early (``core.worker_silence``)
+``sil``   M     kclasync only, the leader's entry: worker id -> N, the workers it judged
+                silent and the heartbeat each stood still at (``core.workers.silence_digest``)
+``mv``    N     kclasync only, the leader's entry: moves when an entry joined or left
 ========  ====  ===========================================================================
 
 ``cap`` is an extra top-level attribute: the KCL 3.x maps the item onto its own bean and ignores
@@ -41,7 +44,7 @@ from typing import Any
 import attrs
 import orjson
 
-from kclasync._core.workers.worker_metrics import WorkerMetrics
+from kclasync._core.workers.worker_metrics import SilenceDigest, WorkerMetrics
 from kclasync.errors import KclAsyncError
 
 WORKER_ID = "wid"
@@ -54,6 +57,11 @@ CAPACITY = "cap"
 IMPLEMENTATION = "impl"
 HEARTBEAT = "hb"
 HEARTBEAT_INTERVAL = "hbi"
+SILENT = "sil"
+MEMBERS = "mv"
+#: kclasync's attributes that a report sets when it has them and removes otherwise (a value
+#: from an earlier report, or an earlier leadership, no longer holds).
+REPLACED_OR_REMOVED = (CAPACITY, HEARTBEAT, HEARTBEAT_INTERVAL, SILENT, MEMBERS)
 
 Item = dict[str, Any]
 
@@ -95,7 +103,21 @@ def encode_item(metrics: WorkerMetrics) -> Item:
     if metrics.heartbeat is not None and metrics.heartbeat_interval is not None:
         item[HEARTBEAT] = {"N": str(int(metrics.heartbeat))}
         item[HEARTBEAT_INTERVAL] = {"N": str(round(metrics.heartbeat_interval * 1000))}
+    if metrics.digest is not None:
+        item[SILENT] = {"M": {w: {"N": str(int(v))} for w, v in metrics.digest.silent.items()}}
+        item[MEMBERS] = {"N": str(int(metrics.digest.members))}
     return item
+
+
+def _digest(item: Item) -> SilenceDigest | None:
+    """The advisory ``sil`` and ``mv`` attributes: both readable, or no digest (a follower
+    then reads the whole registry, as without one)."""
+    try:
+        silent = {w: int(v["N"]) for w, v in item[SILENT]["M"].items()}
+        members = int(item[MEMBERS]["N"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return SilenceDigest(silent=silent, members=members)
 
 
 def _heartbeat(item: Item) -> tuple[int | None, float | None]:
@@ -196,6 +218,7 @@ def decode_item(item: Item) -> WorkerMetrics:
         implementation=implementation if isinstance(implementation, str) else None,
         heartbeat=beat,
         heartbeat_interval=period,
+        digest=_digest(item),
     )
 
 

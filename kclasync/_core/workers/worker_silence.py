@@ -236,21 +236,41 @@ def judge_silent_leases(
     now: float,
     *,
     recheck: bool,
+    before: Mapping[str, Lease] | None = None,
 ) -> SilentLeaseCheck:
     """Observe ``leases`` (read at ``now``; None for a deleted one) of the silent ``owner`` and
     decide. On the first look after the silence (``recheck`` False) a changed counter only
     restarts that lease's clock (the owner renewed before it stopped); at a re-check (``recheck``
     True) it means the owner came back, and the lease is left alone. A lease that names
-    another owner now is left alone either way (someone took it, or it was released)."""
+    another owner now is left alone either way (someone took it, or it was released).
+
+    One change at a re-check is not the owner's: the old owner finishing a handoff to it
+    (``handoff_finished_by_other``, judged against ``before``, what the previous look read).
+    It neither means the owner came back nor restarts the lease's clock
+    (``ExpiryTracker.observe_not_renewed``): the owner has still not written the lease since
+    the clock's start, so the lease is taken at this check, not left to the next taking round.
+    A live owner would have renewed it meanwhile (an incoming lease too), every renewal period,
+    and the check comes at least a failover time after the clock's start."""
     expired: list[Lease] = []
     waiting: list[str] = []
     due: list[float] = []
+    earlier = before or {}
     for lease in leases:
         if lease is None:
             continue
         unchanged = tracker.has_seen(lease)
-        tracker.observe_one(lease, now)
-        if lease.owner != owner or (recheck and not unchanged):
+        previous = earlier.get(lease.key)
+        not_renewed = (
+            recheck
+            and not unchanged
+            and previous is not None
+            and handoff_finished_by_other(previous, lease)
+        )
+        if not_renewed:
+            tracker.observe_not_renewed(lease, now)
+        else:
+            tracker.observe_one(lease, now)
+        if lease.owner != owner or (recheck and not unchanged and not not_renewed):
             continue
         if tracker.is_expired(lease, now):
             expired.append(lease)
@@ -263,6 +283,21 @@ def judge_silent_leases(
         expired=tuple(expired),
         waiting=tuple(waiting),
         recheck_at=min(due) if due else None,
+    )
+
+
+def handoff_finished_by_other(previous: Lease, current: Lease) -> bool:
+    """Whether the one write between two reads of a lease was its old owner finishing a
+    handoff to the lease's owner: ``checkpointOwner`` named another worker and is gone now,
+    the owner unchanged, the counter one higher (that write's own increment). Any write of
+    the owner itself (a renewal, a forced start) would have raised the counter further or
+    left ``checkpointOwner`` in place."""
+    return (
+        previous.checkpoint_owner is not None
+        and previous.checkpoint_owner != previous.owner
+        and current.checkpoint_owner is None
+        and current.owner == previous.owner
+        and current.counter == previous.counter + 1
     )
 
 
