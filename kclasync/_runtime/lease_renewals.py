@@ -188,7 +188,7 @@ class LeaseRenewals:
                     held = self.held[key]
                     entry = schedule.get(key)
                     if entry is None or entry[0] is not held:
-                        first = first_renewal_due(key, held.renewed_at, self.interval, started)
+                        first = first_renewal_due(key, started, self.interval)
                         schedule[key] = (held, first)
                 due, wake = renewals_due(
                     {k: at for k, (_, at) in schedule.items() if k not in in_flight},

@@ -3,8 +3,9 @@ a warning."""
 
 from __future__ import annotations
 
+import math
+
 from kclasync._core.leases.periods import (
-    FIRST_RENEWAL_FLOOR,
     LATE_RENEWAL_SHARE,
     RENEWAL_BATCH_SHARE,
     RENEWER_WAKE_SHARE,
@@ -35,22 +36,21 @@ def test_late_renewals_are_judged_against_the_failover_time() -> None:
 def test_phases_spread_leases_evenly_over_the_interval_and_stay_fixed() -> None:
     keys = [f"shardId-{i:012d}" for i in range(2000)]
     phases = [renewal_phase(k) for k in keys]
-    assert all(FIRST_RENEWAL_FLOOR <= p < 1 for p in phases)
-    # Ten equal slices of [floor, 1): each holds 10 % of the keys, give or take 3 points.
-    width = (1 - FIRST_RENEWAL_FLOOR) / 10
+    assert all(0 <= p < 1 for p in phases)
+    # Ten equal slices of the interval: each holds 10 % of the keys, give or take 3 points.
     for i in range(10):
-        low = FIRST_RENEWAL_FLOOR + i * width
-        share = sum(low <= p < low + width for p in phases) / len(phases)
+        share = sum(i / 10 <= p < (i + 1) / 10 for p in phases) / len(phases)
         assert 0.07 <= share <= 0.13, (i, share)
     assert renewal_phase(keys[0]) == renewal_phase(keys[0])  # no per-process hash seed
 
 
-def test_a_lease_taken_together_with_others_is_first_renewed_at_its_phase() -> None:
-    at = first_renewal_due("k", written=100.0, interval=3.0, seen=100.0)
-    assert at == 100.0 + 3.0 * renewal_phase("k")
-    assert 100.0 < at < 103.0
-    # Seen by the renewer after its phase passed: renewed when seen.
-    assert first_renewal_due("k", written=100.0, interval=3.0, seen=104.0) == 104.0
+def test_a_lease_is_first_renewed_at_its_next_slot_within_one_interval() -> None:
+    offset = 3.0 * renewal_phase("k")
+    for seen in (100.0, 100.5, 101.7, 102.9, offset + 300.0):
+        at = first_renewal_due("k", seen, 3.0)
+        assert seen <= at < seen + 3.0 + 1e-9
+        # On the key's slot: its phase past a whole multiple of the interval.
+        assert math.isclose((at - offset) / 3.0, round((at - offset) / 3.0), abs_tol=1e-9)
 
 
 def test_due_renewals_go_out_in_one_batch_and_the_renewer_wakes_for_the_next() -> None:

@@ -9,6 +9,8 @@ import logging
 
 import pytest
 
+from kclasync._adapters.memory import MemoryLeaseStore
+from kclasync._core.leases.lease import Lease
 from kclasync._simulation.clock import VirtualTimeLoop
 from tests.runtime.test_early_failover import FAILOVER, Fleet
 from tests.runtime.virtual import in_virtual_time
@@ -77,3 +79,43 @@ async def test_a_busy_loop_makes_renewals_late_and_the_worker_says_so() -> None:
 
 
 pytestmark = pytest.mark.timeout(120)
+
+
+@in_virtual_time
+async def test_renewals_are_spread_over_the_interval_not_sent_in_one_burst() -> None:
+    """200 leases taken in one round: each is renewed at its own point of the interval, so
+    that a busy loop sends a trickle of renewals, each on time, instead of a burst whose last
+    requests go out late by the time the burst takes."""
+    loop = asyncio.get_running_loop()
+    sent: list[float] = []
+    renew = MemoryLeaseStore.renew_lease
+
+    async def counted(self: MemoryLeaseStore, lease: Lease, *args: object) -> Lease | None:
+        sent.append(loop.time())
+        return await renew(self, lease, *args)  # type: ignore[arg-type]
+
+    MemoryLeaseStore.renew_lease = counted  # type: ignore[method-assign]
+    fleet = Fleet(shards=200)
+    worker = fleet.start("a")
+    try:
+        await wait_until(lambda: len(worker.held_leases) == 200, 20 * FAILOVER, "200 leases")
+        coordinator = worker._coordinator
+        assert coordinator is not None
+        interval = coordinator.renewals.interval
+        await asyncio.sleep(3 * interval)
+        start = loop.time()
+        del sent[:]
+        await asyncio.sleep(4 * interval)
+        window = [t for t in sent if start <= t < start + 4 * interval]
+        # Every lease renewed once per interval ...
+        assert 4 * 200 - 200 <= len(window) <= 4 * 200 + 200
+        # ... and no tenth of an interval carries more than a fifth of them (one burst would
+        # carry all 200).
+        tenth = interval / 10
+        slices = [sum(1 for t in window if start + i * tenth <= t < start + (i + 1) * tenth)
+                  for i in range(40)]  # fmt: skip
+        assert max(slices) <= 40, slices
+        assert coordinator.renewals.max_lateness < 0.05 * FAILOVER
+    finally:
+        MemoryLeaseStore.renew_lease = renew  # type: ignore[method-assign]
+        await fleet.close()

@@ -12,6 +12,7 @@ Must not: hold settings or their defaults (``kclasync._config``), read a clock o
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping
 
@@ -84,29 +85,27 @@ def renewal_round_due(due: float, interval: float, started: float) -> float:
     return max(due + interval, started)
 
 
-#: The earliest point of the interval a lease's first renewal may fall on (a share of it).
-FIRST_RENEWAL_FLOOR = 0.1
-
-
 def renewal_phase(key: str) -> float:
-    """A lease's fixed point in the renewal interval, from its key: spread evenly over
-    [``FIRST_RENEWAL_FLOOR``, 1) across keys, the same on every run (CRC-32, not ``hash``)."""
-    fraction = zlib.crc32(key.encode()) / 2**32
-    return FIRST_RENEWAL_FLOOR + (1 - FIRST_RENEWAL_FLOOR) * fraction
+    """A lease's fixed point in the renewal interval, as a share of it, from its key: spread
+    evenly over [0, 1) across keys, the same on every run and host (CRC-32, not ``hash``)."""
+    return zlib.crc32(key.encode()) / 2**32
 
 
-def first_renewal_due(key: str, written: float, interval: float, seen: float) -> float:
-    """When a lease newly held (its last write sent at ``written``, first seen by the renewer
-    at ``seen``) is first renewed: at its phase of the interval after that write (early, which
-    is always safe), or when seen if that is later.
+def first_renewal_due(key: str, seen: float, interval: float) -> float:
+    """When a lease the renewer first sees at ``seen`` (just taken or handed to this worker) is
+    first renewed: at the next of its slots, the points ``phase x interval`` past each whole
+    multiple of the interval on the loop's clock; within one interval of ``seen``, as a round
+    would renew it.
 
-    The KCL renews every lease in one round per interval. With thousands of leases such a
-    round is a burst of requests that one event loop sends over a second or more, so the last
-    renewals of the round go out late by that much (measured: p99 0.19 x the failover time at
-    2,000 busy shards, failover 10 s). Leases taken together (a start, a failover) are spread by
-    their phases on their first renewal and stay spread, one interval apart each: the loop sends
-    a steady trickle and each renewal goes out when it is due."""
-    return max(written + interval * renewal_phase(key), seen)
+    The KCL renews every lease in one round per interval. With thousands of leases such a round
+    is a burst of requests that one event loop sends over a second or more, so the round's last
+    renewals go out late by that much (measured: p99 0.19 x the failover time at 2,000 busy
+    shards, failover 10 s). On their slots, leases taken together (a start, a failover) are
+    renewed spread over the interval and stay so, one interval apart each: the loop sends a
+    steady trickle and each renewal goes out when it is due."""
+    offset = renewal_phase(key) * interval
+    periods = math.ceil((seen - offset) / interval)
+    return offset + periods * interval
 
 
 #: Renewals due within this share of the interval from now go out together (one wake-up).
