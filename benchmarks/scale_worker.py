@@ -2,7 +2,8 @@
 and at 1 record/s per shard.
 
     uv run python benchmarks/scale_worker.py [--shards 100,500,1000,2000] [--rates 0,1]
-        [--failover 60] [--warmup 20] [--window 60] [--plot docs/scale_worker.png]
+        [--failover 60] [--warmup 20] [--window 60] [--max-reads-in-flight 32]
+        [--plot docs/scale_worker.png]
 
 Kinesis is ``benchmarks/fake_kinesis.py`` (one process per point, the service's JSON wire
 format, records generated from memory: moto and kinesis-local cannot serve 2,000 shards' reads
@@ -96,7 +97,10 @@ async def point(args: argparse.Namespace) -> dict[str, Any]:
         application_name=f"scale-{uuid.uuid4().hex[:8]}",
         processor=handle,
         config=ConsumerConfig(
-            failover_time=args.failover, initial_position="LATEST", lease_taker="balanced"
+            failover_time=args.failover,
+            initial_position="LATEST",
+            lease_taker="balanced",
+            max_reads_in_flight=args.max_reads_in_flight or None,
         ),
         client_options=ClientOptions(
             region_name=REGION,
@@ -195,6 +199,7 @@ def run_points(args: argparse.Namespace) -> list[dict[str, Any]]:
                     *(sys.executable, __file__, "--point", str(shards), str(rate)),
                     *("--dynamodb", endpoint, "--failover", str(args.failover)),
                     *("--warmup", str(args.warmup), "--window", str(args.window)),
+                    *("--max-reads-in-flight", str(args.max_reads_in_flight)),
                 ]
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
                 line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
@@ -304,6 +309,9 @@ def main() -> None:
     )
     parser.add_argument("--take-limit", type=float, default=600.0)
     parser.add_argument("--timeout", type=float, default=1200.0)
+    parser.add_argument(
+        "--max-reads-in-flight", type=int, default=32, help="the worker's setting (0: no bound)"
+    )
     parser.add_argument("--plot", default=None, help="write a PNG of CPU and memory vs shards")
     parser.add_argument("--point", nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dynamodb", default=None, help=argparse.SUPPRESS)

@@ -197,6 +197,12 @@ class ConsumerConfig:
         validator=[_whole, _positive],
         metadata=_meta("batches", kcl="maxPendingProcessRecordsInput"),
     )
+    #: GetRecords calls one worker has in flight at once over all its shards (None: no bound).
+    #: A worker whose event loop cannot keep up with its shards' reads then reads less often
+    #: instead of queueing a read per shard ahead of its lease renewals.
+    max_reads_in_flight: int | None = attrs.field(
+        default=32, validator=[_optional_whole, _optional_positive], metadata=_meta("calls")
+    )
     #: First backoff after a throttling error; doubles up to ``max_backoff``.
     throttle_backoff: float = attrs.field(default=0.5, validator=_positive, metadata=_meta("s"))
     #: The longest backoff after throttling or a transient AWS error.

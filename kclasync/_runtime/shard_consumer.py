@@ -61,6 +61,7 @@ class ShardConsumer:
         on_shard_end: Callable[[HeldLease, frozenset[str]], Awaitable[None]],
         wait_for_parents: Callable[[HeldLease], Awaitable[None]],
         fanout: FanOutConsumers | None = None,
+        read_slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.held = held
         self.stream = stream
@@ -79,6 +80,7 @@ class ShardConsumer:
         self._wait_for_parents = wait_for_parents
         #: Set: the shard is read with enhanced fan-out instead of GetRecords.
         self._fanout = fanout
+        self._read_slots = read_slots
         self._queue: asyncio.Queue[Batch | ShardEnd] = asyncio.Queue(config.max_queued_batches)
         self._shutdown = asyncio.Event()
         self.checkpointer = ShardCheckpointer(
@@ -117,6 +119,7 @@ class ShardConsumer:
             queue=self._queue,
             skip_upto=start.key() if start.is_sequence else None,
             fanout=self._fanout,
+            read_slots=self._read_slots,
         )
         fetcher = asyncio.create_task(reader.run(position), name=f"fetch {self.shard_id}")
         flusher = asyncio.create_task(

@@ -51,8 +51,12 @@ class ShardCursor:
         attempts: int | None = None,
         on_throttle: Callable[[], None] | None = None,
         on_retry: Callable[[str, BaseException], None] | None = None,
+        read_slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.client = client
+        #: Shared by the worker's shards: a GetRecords call holds one while it is in flight
+        #: (not while it backs off).
+        self.read_slots = read_slots
         self.stream = stream
         self.shard_id = shard_id
         self.start = start
@@ -92,6 +96,12 @@ class ShardCursor:
             lambda: self.client.get_shard_iterator(self.stream, self.shard_id, position),
         )
 
+    async def _get_records(self, iterator: str, limit: int) -> GetRecordsResult:
+        if self.read_slots is None:
+            return await self.client.get_records(self.stream, self.shard_id, iterator, limit)
+        async with self.read_slots:
+            return await self.client.get_records(self.stream, self.shard_id, iterator, limit)
+
     async def next(self, limit: int) -> GetRecordsResult:
         """One GetRecords result. ``next_iterator`` None means the shard ended.
 
@@ -103,10 +113,7 @@ class ShardCursor:
                 self.iterator = await self._fresh_iterator()
             try:
                 result = await self._retrying(
-                    "GetRecords",
-                    functools.partial(
-                        self.client.get_records, self.stream, self.shard_id, self.iterator, limit
-                    ),
+                    "GetRecords", functools.partial(self._get_records, self.iterator, limit)
                 )
             except ExpiredIteratorError:
                 log.info(

@@ -88,6 +88,7 @@ class ShardFetcher:
         queue: asyncio.Queue[Batch | ShardEnd],
         skip_upto: tuple[int, int] | None,
         fanout: FanOutConsumers | None = None,
+        read_slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.stream = stream
         self.shard_id = shard_id
@@ -101,6 +102,8 @@ class ShardFetcher:
         self._skip_upto = skip_upto
         #: Set: the shard is read with enhanced fan-out instead of GetRecords.
         self._fanout = fanout
+        #: The worker's GetRecords calls in flight (``max_reads_in_flight``), shared by its shards.
+        self._read_slots = read_slots
 
     def expand(self, fetched: Sequence[Record]) -> list[Record]:
         """De-aggregate KPL records and drop what the starting checkpoint already covers."""
@@ -156,6 +159,7 @@ class ShardFetcher:
             max_backoff=cfg.max_backoff,
             on_throttle=self.metrics.throttles.labels(*self._labels2, "kinesis").inc,
             on_retry=self._count_retry,
+            read_slots=self._read_slots,
         )
         pause = ReadPause(0.0, 0)
         while True:

@@ -83,6 +83,9 @@ class ShardSupervisor:
         self._on_children_created = on_children_created
         self._on_failure = on_failure
         self._fanout = fanout
+        limit = config.max_reads_in_flight
+        #: The worker's GetRecords calls in flight, over all its shards.
+        self._read_slots = asyncio.Semaphore(limit) if limit is not None else None
         self._group: asyncio.TaskGroup | None = None
         self._runs: dict[str, _ShardRun] = {}
         self._releases: set[asyncio.Task[bool]] = set()
@@ -134,6 +137,7 @@ class ShardSupervisor:
             on_shard_end=self._shard_ended,
             wait_for_parents=self._wait_for_parents,
             fanout=self._fanout,
+            read_slots=self._read_slots,
         )
         run = _ShardRun(held=held, shard=shard, processor=processor)
         self._runs[held.key] = run
