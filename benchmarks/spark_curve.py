@@ -40,6 +40,7 @@ from kclasync.testing.emulators import LocalAws, find_kinesis_local, kinesis_loc
 # Run as a script: its directory is on the path.
 import spark_floor  # isort: skip
 import spark_throughput  # isort: skip
+from spark_probes import ServerCpu  # isort: skip
 from spark_throughput import Rates, backlog, plain_loop, source_run, start_session  # isort: skip
 
 WARMUP_STREAM = "warmup"
@@ -133,6 +134,8 @@ def line(p: Point) -> str:
 
 def run_backend(name: str, args: argparse.Namespace, tmp: str) -> tuple[Point, list[Point]]:
     with backend(name) as local:
+        if args.phases and name == "moto":
+            spark_throughput.MOTO = ServerCpu()  # moto's CPU time in each window, printed
         for shards in args.shards:
             started = time.monotonic()
             asyncio.run(backlog(local, f"curve-{shards}", shards, args.records, args.records))
@@ -169,6 +172,9 @@ def run_backend(name: str, args: argparse.Namespace, tmp: str) -> tuple[Point, l
                 args.floor = False  # Spark's share does not depend on the backend
         finally:
             spark.stop()
+            if spark_throughput.MOTO is not None:
+                spark_throughput.MOTO.stop()
+                spark_throughput.MOTO = None
         return cold, points
 
 
@@ -197,7 +203,11 @@ def main() -> None:
         "same tasks and rows as each point (spark_floor.py)",
     )
     parser.add_argument("--runs", type=int, default=1, help="timed queries per point (medians)")
-    parser.add_argument("--phases", action="store_true", help="each query's batches and phases")
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="each query's batches and phases (and on moto, how busy its server was)",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="the whole run, seconds")
     args = parser.parse_args()
     args.shards = [int(s) for s in args.shards.split(",")]
