@@ -73,12 +73,15 @@ MOTO: ServerCpu | None = None
 DAEMON = "kclasync.integrations.spark_daemon"
 
 
-async def backlog(local: LocalAws, stream: str, shards: int, records: int) -> None:
+async def backlog(local: LocalAws, stream: str, shards: int, records: int, keys: int = 97) -> None:
+    """A new stream of ``shards`` with ``records`` records over ``keys`` partition keys."""
     options = local.client_options()
     async with options.create_client("kinesis") as client:
         kinesis = KinesisStreamClient(client)
         await kinesis.create_stream(stream, shards)
-        pending = [(f"k{i % 97}", orjson.dumps({"id": i, "pad": "x" * 64})) for i in range(records)]
+        pending = [
+            (f"k{i % keys}", orjson.dumps({"id": i, "pad": "x" * 64})) for i in range(records)
+        ]
         while pending:  # one PutRecords at a time: moto drops records under concurrent puts
             chunk, pending = pending[:500], pending[500:]
             results = await kinesis.put_records(stream, chunk)
@@ -129,6 +132,35 @@ class Rates(NamedTuple):
     batches: float
 
 
+def endpoints(local: LocalAws) -> dict[str, str]:
+    """The source's endpoint options: Kinesis, and DynamoDB when it is another server."""
+    if local.kinesis_endpoint_url is None:
+        return {"endpointUrl": local.endpoint_url}
+    return {"endpointUrl": local.kinesis_endpoint_url, "dynamodbEndpointUrl": local.endpoint_url}
+
+
+def start_session(preload: bool = False) -> Any:
+    """A ``local[2]`` Spark session with the ``kinesis`` source registered (``preload``: the
+    executors' workers are forked from kclasync's daemon)."""
+    from pyspark.sql import SparkSession
+
+    from kclasync.spark import register
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+    )
+    if preload:
+        builder = builder.config("spark.python.daemon.module", DAEMON)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
 def source_run(
     spark: Any, local: LocalAws, stream: str, tmp: str, fmt: str, n: int, per_task: int | None = 1
 ) -> Rates:
@@ -136,7 +168,7 @@ def source_run(
     ``shardsPerTask``."""
     options = {
         "streamName": stream,
-        "endpointUrl": local.endpoint_url,
+        **endpoints(local),
         "startingPosition": "TRIM_HORIZON",
         "maxRecordsPerShard": "100000",
         "maxFetchTimePerShardSec": "60",
@@ -269,22 +301,7 @@ def main() -> None:
         assert n == args.records, f"plain loop read {n} of {args.records}"
         plain = [n / s]
         started = time.monotonic()
-        from pyspark.sql import SparkSession
-
-        from kclasync.spark import register
-
-        builder = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "1g")
-        )
-        if args.preload:
-            builder = builder.config("spark.python.daemon.module", DAEMON)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = start_session(args.preload)
         print(f"spark session start: {time.monotonic() - started:.1f} s (kclasync from {ROOT})")
         reuse = spark.sparkContext.getConf().get("spark.python.worker.reuse", "true")
         print(f"spark.python.worker.reuse: {reuse}; daemon module: {args.preload and DAEMON}")
