@@ -35,7 +35,12 @@ import logging
 from collections.abc import Callable, Iterable
 
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
-from kclasync._core.workers.silence_digest import DigestView, follow, publish
+from kclasync._core.workers.silence_digest import (
+    DigestView,
+    follow,
+    full_view_restart_wakes,
+    publish,
+)
 from kclasync._core.workers.worker_metrics_item import CorruptWorkerMetricsError
 from kclasync._core.workers.worker_silence import (
     READS_PER_PERIOD,
@@ -127,6 +132,7 @@ class EarlyFailover:
 
     async def _watch(self, followers: asyncio.TaskGroup) -> None:
         holder = self._holder
+        read_digest = self.digest_view
         leader = self._leader_id() if self._leader_id is not None else None
         if leader is not None and leader != holder.worker_id:
             holder.presence.digest = None  # published only while leading
@@ -138,6 +144,8 @@ class EarlyFailover:
         if not self._view_current:
             self.view = HeartbeatView()
             self._view_current = True
+            if full_view_restart_wakes(read_digest) and self._wake_taker is not None:
+                self._wake_taker()
         sent = holder.now()
         try:
             entries = await holder.presence.read_registry()

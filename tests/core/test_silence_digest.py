@@ -8,7 +8,12 @@ from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
 from kclasync._core.leases.lease import Lease
 from kclasync._core.workers import worker_metrics as wm
 from kclasync._core.workers import worker_metrics_item as wi
-from kclasync._core.workers.silence_digest import DigestView, follow, publish
+from kclasync._core.workers.silence_digest import (
+    DigestView,
+    follow,
+    full_view_restart_wakes,
+    publish,
+)
 from kclasync._core.workers.worker_silence import HeartbeatView, watch_heartbeats
 
 
@@ -105,3 +110,13 @@ def test_the_digest_round_trips_and_a_report_without_one_removes_it() -> None:
         assert await registry.get("nobody") is None
 
     asyncio.run(go())
+
+
+def test_going_back_to_full_reads_after_a_digest_wakes_the_taker_once() -> None:
+    """A leader that stopped gracefully released its leases and deleted its entry; the
+    follower's fresh view of the registry cannot show that leave, so it wakes its taker when
+    it goes back to full reads, if it was reading a leader's digest (not from the start, nor
+    under a leader that publishes none)."""
+    assert not full_view_restart_wakes(DigestView())
+    change = follow(DigestView(), "L", entry("L", 1, wm.SilenceDigest({}, 0)), "me", 0.0)
+    assert full_view_restart_wakes(change.view)

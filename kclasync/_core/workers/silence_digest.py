@@ -87,6 +87,16 @@ class DigestChange:
     leader_silent: bool = False
 
 
+def full_view_restart_wakes(previous: DigestView) -> bool:
+    """Whether a follower that goes back to reading the whole registry (the leader's entry is
+    gone or has no digest, the leader is silent, or no leader is known any more) wakes its
+    taker. Its view of the registry then starts afresh and cannot show who left or joined
+    while it read the leader's digest; a leader that stopped gracefully released its leases
+    and deleted its entry, and a taking round now takes them rather than the next periodic
+    one. True when it had been reading a leader's digest (``previous``)."""
+    return previous.members is not None
+
+
 def follow(
     previous: DigestView,
     leader: str,
