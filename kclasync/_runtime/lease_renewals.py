@@ -200,10 +200,11 @@ class LeaseRenewals:
                     schedule[key] = (held, renewal_round_due(at, self.interval, started))
                     in_flight.add(key)
                     renewing.create_task(self._renew_scheduled(held, at, in_flight))
-                if self.presence.heartbeat_interval is None and started >= report_due:
-                    if reporting is None or reporting.done():
-                        reporting = renewing.create_task(self.presence.report())
-                    report_due = renewal_round_due(report_due, self.interval, started)
+                if self.presence.heartbeat_interval is None:
+                    if started >= report_due:
+                        if reporting is None or reporting.done():
+                            reporting = renewing.create_task(self.presence.report())
+                        report_due = renewal_round_due(report_due, self.interval, started)
                     wake = min(wake, report_due)
                 await asyncio.sleep(max(0.0, wake - now()))
 
