@@ -1,7 +1,8 @@
 """Consumer configuration: every setting, its default (the Java KCL's) and its documentation.
 
 Owns: ``ConsumerConfig``'s fields, and the values derived from them that the runtime reads
-(the periods, the planners' settings), each computed by the core.
+(the periods), each computed by the core; the planners' settings are built from it in
+``kclasync._runtime.wiring``.
 Must not: check fields (one alone: ``kclasync._config_fields``; several together:
 ``kclasync._config_checks``) or decide a period itself (``kclasync._core.leases.periods``).
 """
@@ -28,8 +29,6 @@ from kclasync._config_fields import (
     _taker_kind,
     _whole,
 )
-from kclasync._core.assignment.kcl3_decider import Kcl3Settings
-from kclasync._core.assignment.load_balancer import BalancerSettings
 from kclasync._core.leases import periods
 from kclasync._core.leases.position import InitialPosition
 from kclasync._core.records.read_pacing import idle_ceiling
@@ -382,21 +381,3 @@ class ConsumerConfig:
         if self.assignment_discovery_interval is not None:
             return self.assignment_discovery_interval
         return periods.discovery_interval(self.failover_time)
-
-    def balancer_settings(self) -> BalancerSettings:
-        """The ``load`` planner's settings from this configuration."""
-        return BalancerSettings(
-            trigger_percent=self.rebalance_threshold_percent,
-            target_percent=self.rebalance_target_percent,
-            min_gain_percent=self.rebalance_min_gain_percent,
-            noise_floor_percent=self.rebalance_noise_floor_percent,
-            max_moves=self.max_moves_per_assignment,
-        )
-
-    def kcl3_settings(self) -> Kcl3Settings:
-        """The ``kcl3`` decider's settings from this configuration."""
-        return Kcl3Settings(
-            rebalance_threshold_percent=self.rebalance_threshold_percent,
-            dampening_percent=self.dampening_percent,
-            variance_balancing_frequency=self.variance_balancing_frequency,
-        )

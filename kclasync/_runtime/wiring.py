@@ -21,8 +21,10 @@ from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._adapters.fanout import FanOutClient
 from kclasync._adapters.protocols import LeaseStore, StreamClient
 from kclasync._adapters.worker_registry import WorkerRegistry
-from kclasync._config import LeaseTakerKind, RetrievalMode
+from kclasync._config import ConsumerConfig, LeaseTakerKind, RetrievalMode
+from kclasync._core.assignment.kcl3_decider import Kcl3Settings
 from kclasync._core.assignment.lease_taker import LeaseTaker
+from kclasync._core.assignment.load_balancer import BalancerSettings
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.held_lease import HeldLease
 from kclasync._core.records.fanout_session import ResubscribePolicy
@@ -229,6 +231,26 @@ def lease_coordinator(
     )
 
 
+def balancer_settings(cfg: ConsumerConfig) -> BalancerSettings:
+    """The ``load`` planner's settings from a configuration."""
+    return BalancerSettings(
+        trigger_percent=cfg.rebalance_threshold_percent,
+        target_percent=cfg.rebalance_target_percent,
+        min_gain_percent=cfg.rebalance_min_gain_percent,
+        noise_floor_percent=cfg.rebalance_noise_floor_percent,
+        max_moves=cfg.max_moves_per_assignment,
+    )
+
+
+def kcl3_settings(cfg: ConsumerConfig) -> Kcl3Settings:
+    """The ``kcl3`` decider's settings from a configuration."""
+    return Kcl3Settings(
+        rebalance_threshold_percent=cfg.rebalance_threshold_percent,
+        dampening_percent=cfg.dampening_percent,
+        variance_balancing_frequency=cfg.variance_balancing_frequency,
+    )
+
+
 def build_worker(
     spec: WorkerSpec, adapters: Adapters, *, stop_requested: asyncio.Event, started: asyncio.Event
 ) -> Worker:
@@ -338,8 +360,8 @@ def build_worker(
         discovery_interval=cfg.effective_discovery_interval,
         registry=registry,
         rng=spec.rng,
-        balancer=cfg.balancer_settings(),
-        kcl3=cfg.kcl3_settings(),
+        balancer=balancer_settings(cfg),
+        kcl3=kcl3_settings(cfg),
     )
     startup = WorkerStartup(
         cfg,

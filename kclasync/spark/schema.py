@@ -1,7 +1,8 @@
 """The row schema shared by the Spark source and the Spark processor, and records -> Arrow.
 
-Owns: the column names and types (Spark DDL and the matching Arrow schema) and the conversion of
-kclasync ``Record`` values to an Arrow record batch.
+Owns: the column names and types (Spark DDL and the matching Arrow schema), the conversion of
+kclasync ``Record`` values to an Arrow record batch, and which layout a user schema names
+(``with_schema_layout``).
 Must not: import pyspark (pyarrow only), or do I/O.
 """
 
@@ -11,9 +12,12 @@ from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
+import attrs
 import pyarrow as pa
 
 from kclasync._records import Record
+from kclasync.errors import ConfigError
+from kclasync.spark.options import ColumnLayout, SourceOptions
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -110,4 +114,24 @@ def in_layout(batch: Any, layout: str) -> Any:
     columns = LAYOUTS[layout]
     return pa.RecordBatch.from_arrays(
         [batch.column(source) for _, source in columns], names=[name for name, _ in columns]
+    )
+
+
+def with_schema_layout(options: SourceOptions, schema: Any) -> SourceOptions:
+    """``options`` with the column layout a user schema names (``.schema(...)``): the source
+    emits the layout whose column names the schema has, in its order; a schema that is none of
+    them is refused here, before any batch, instead of by Arrow in an executor."""
+    names = tuple(schema.fieldNames()) if schema is not None else ()
+    if not names:
+        return options
+    for layout in ColumnLayout:
+        if names == tuple(name for name, _ in LAYOUTS[layout.value]):
+            if layout is options.column_layout:
+                return options
+            return attrs.evolve(options, column_layout=layout)
+    raise ConfigError(
+        "schema",
+        f"the columns {', '.join(names)} are not a layout of the kinesis source; use "
+        f"kclasync.spark.SCHEMA_DDL or leave .schema(...) out (columnLayout picks awslabs' "
+        "or Databricks' columns)",
     )

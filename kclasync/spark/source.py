@@ -35,7 +35,6 @@ from pyspark.sql.streaming.datasource import (
 from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._core.leases.position import InitialPositionKind
 from kclasync._core.lineage.shard import Shard
-from kclasync.errors import ConfigError
 from kclasync.spark.checks import check_sink, check_source
 from kclasync.spark.driver_io import DriverIO
 from kclasync.spark.errors_first import user_facing, user_facing_rows
@@ -54,9 +53,9 @@ from kclasync.spark.offsets import (
     readable_shards,
     state_after,
 )
-from kclasync.spark.options import ColumnLayout, ConsumerType, SinkOptions, SourceOptions
+from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
 from kclasync.spark.progress import ProgressStore
-from kclasync.spark.schema import LAYOUTS, layout_ddl
+from kclasync.spark.schema import layout_ddl, with_schema_layout
 from kclasync.spark.shard_task import (
     ShardGroupPartition,
     ShardPartition,
@@ -334,26 +333,6 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._io is not None:
             self._io.close()
             self._io = None
-
-
-def with_schema_layout(options: SourceOptions, schema: Any) -> SourceOptions:
-    """``options`` with the column layout a user schema names (``.schema(...)``): the source
-    emits the layout whose column names the schema has, in its order; a schema that is none of
-    them is refused here, before any batch, instead of by Arrow in an executor."""
-    names = tuple(schema.fieldNames()) if schema is not None else ()
-    if not names:
-        return options
-    for layout in ColumnLayout:
-        if names == tuple(name for name, _ in LAYOUTS[layout.value]):
-            if layout is options.column_layout:
-                return options
-            return attrs.evolve(options, column_layout=layout)
-    raise ConfigError(
-        "schema",
-        f"the columns {', '.join(names)} are not a layout of the kinesis source; use "
-        f"kclasync.spark.SCHEMA_DDL or leave .schema(...) out (columnLayout picks awslabs' "
-        "or Databricks' columns)",
-    )
 
 
 class KinesisDataSource(DataSource):

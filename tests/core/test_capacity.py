@@ -13,6 +13,7 @@ from kclasync._core.assignment.capacity import CapacityEstimator
 from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
 from kclasync._core.workers import worker_metrics as wm
 from kclasync._core.workers import worker_metrics_item as wi
+from kclasync._runtime.wiring import balancer_settings, kcl3_settings
 from kclasync.errors import ConfigError
 
 
@@ -141,7 +142,7 @@ def test_planner_settings_are_consumer_settings() -> None:
         variance_balancing_frequency=2,
         worker_capacity_kbps=1500,
     )
-    b, k = cfg.balancer_settings(), cfg.kcl3_settings()
+    b, k = balancer_settings(cfg), kcl3_settings(cfg)
     assert (b.trigger_percent, b.target_percent, b.min_gain_percent, b.max_moves) == (20, 8, 2, 4)
     assert b.noise_floor_percent == 0.5
     assert (k.rebalance_threshold_percent, k.dampening_percent) == (20, 80)
