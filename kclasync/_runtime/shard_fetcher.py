@@ -162,6 +162,7 @@ class ShardFetcher:
             read_slots=self._read_slots,
         )
         pause = ReadPause(0.0, 0)
+        behind = self.metrics.millis_behind.labels(*self._labels)
         while True:
             try:
                 result = await cursor.next(cfg.max_records)
@@ -170,7 +171,7 @@ class ShardFetcher:
                 await self.queue.put(ShardEnd(()))
                 return
             if result.millis_behind_latest is not None:
-                self.metrics.millis_behind.labels(*self._labels).set(result.millis_behind_latest)
+                behind.set(result.millis_behind_latest)
             records = self.expand(result.records)
             if records:
                 await self.queue.put(Batch(records, result.millis_behind_latest))

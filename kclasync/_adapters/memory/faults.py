@@ -68,29 +68,37 @@ class FaultPlan:
     def for_operation(self, operation: str) -> OpFaults:
         return self.operations.get(operation, self.default)
 
-    async def enter(self, operation: str) -> bool:
-        """Apply latency and raise the faults that happen before the call takes effect.
+    def draw(self, operation: str) -> tuple[OpFaults, float | None, float, float, float]:
+        """The call's faults, latency (None: none) and three draws, taken when it starts."""
+        faults = self.for_operation(operation)
+        latency = faults.latency
+        delay: float | None
+        if latency is None:
+            delay = None
+        elif callable(latency):
+            delay = max(0.0, float(latency(self.rng)))
+        else:
+            delay = max(0.0, float(latency))
+        rng = self.rng.random
+        return faults, delay, rng(), rng(), rng()
+
+    def outcome(
+        self,
+        operation: str,
+        faults: OpFaults,
+        throttle_draw: float,
+        transient_draw: float,
+        after: float,
+    ) -> bool:
+        """Raise the faults that happen before the call takes effect (after its latency).
 
         Returns True when the call must take effect and then raise TransientError.
         """
-        faults = self.for_operation(operation)
-        delay: float | None
-        if faults.latency is None:
-            delay = None
-        elif callable(faults.latency):
-            delay = max(0.0, float(faults.latency(self.rng)))
-        else:
-            delay = max(0.0, float(faults.latency))
-        throttle_draw = self.rng.random()
-        transient_draw = self.rng.random()
-        after_draw = self.rng.random()
-        if delay is not None:
-            await asyncio.sleep(delay)
         if throttle_draw < faults.throttle:
             self.injected[f"{operation}:throttled"] += 1
             raise ThrottledError(f"injected throttling of {operation}")
         if transient_draw < faults.transient:
-            if after_draw < faults.transient_after_write:
+            if after < faults.transient_after_write:
                 self.injected[f"{operation}:transient_after"] += 1
                 return True
             self.injected[f"{operation}:transient_before"] += 1
@@ -101,7 +109,10 @@ class FaultPlan:
 async def with_faults(plan: FaultPlan | None, operation: str, apply: Callable[[], _T]) -> _T:
     if plan is None:
         return apply()
-    fail_after = await plan.enter(operation)
+    faults, delay, throttle_draw, transient_draw, after_draw = plan.draw(operation)
+    if delay is not None:
+        await asyncio.sleep(delay)
+    fail_after = plan.outcome(operation, faults, throttle_draw, transient_draw, after_draw)
     result = apply()
     if fail_after:
         raise TransientError(f"injected transient failure of {operation} (outcome unknown)")
