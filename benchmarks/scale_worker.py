@@ -101,6 +101,7 @@ async def point(args: argparse.Namespace) -> dict[str, Any]:
             initial_position="LATEST",
             lease_taker="balanced",
             max_reads_in_flight=args.max_reads_in_flight or None,
+            renewals_first=not args.no_renewals_first,
         ),
         client_options=ClientOptions(
             region_name=REGION,
@@ -163,6 +164,8 @@ async def point(args: argparse.Namespace) -> dict[str, Any]:
         cpu1, wall1 = time.process_time(), time.perf_counter()
         measuring = False
         rss = rss_kb()
+        worker = consumer._worker
+        slots = worker.supervisor.read_slots if worker is not None else None
         result = {
             "shards": shards,
             "rate": rate,
@@ -179,6 +182,9 @@ async def point(args: argparse.Namespace) -> dict[str, Any]:
             "renewals": len(lateness),
             "lost": lost() - lost0,
             "records_s": (processed - done0) / (wall1 - wall0),
+            # GetRecords allowed in flight at the window's end, and the lowest it went.
+            "reads_limit": slots.limit if slots is not None else None,
+            "reads_lowest": slots.lowest if slots is not None else None,
         }
         stop_probe.set()
         await consumer.stop()
@@ -200,6 +206,7 @@ def run_points(args: argparse.Namespace) -> list[dict[str, Any]]:
                     *("--dynamodb", endpoint, "--failover", str(args.failover)),
                     *("--warmup", str(args.warmup), "--window", str(args.window)),
                     *("--max-reads-in-flight", str(args.max_reads_in_flight)),
+                    *(("--no-renewals-first",) if args.no_renewals_first else ()),
                 ]
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
                 line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
@@ -269,7 +276,7 @@ def row(r: dict[str, Any]) -> str:
         f"{100 * r['cpu_pct'] / r['shards']:.2f} | {r['rss_mb']:.0f} | "
         f"{r['rss_kb_per_shard']:.1f} | {r['lag_p50_ms']:.1f}/{r['lag_p99_ms']:.1f}/"
         f"{r['lag_max_ms']:.0f} | {r['late_p99']:.3f}/{r['late_max']:.3f} | {r['lost']:g} | "
-        f"{r['records_s']:.0f} |"
+        f"{r['records_s']:.0f} | {r.get('reads_limit')}/{r.get('reads_lowest')} |"
     )
 
 
@@ -311,6 +318,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1200.0)
     parser.add_argument(
         "--max-reads-in-flight", type=int, default=32, help="the worker's setting (0: no bound)"
+    )
+    parser.add_argument(
+        "--no-renewals-first",
+        action="store_true",
+        help="the worker's renewals_first=False: reads in flight stay at the bound",
     )
     parser.add_argument("--plot", default=None, help="write a PNG of CPU and memory vs shards")
     parser.add_argument("--point", nargs=2, default=None, help=argparse.SUPPRESS)

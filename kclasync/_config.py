@@ -202,6 +202,10 @@ class ConsumerConfig:
     max_reads_in_flight: int | None = attrs.field(
         default=32, validator=[_optional_whole, _optional_positive], metadata=_meta("calls")
     )
+    #: With ``max_reads_in_flight``: while lease renewals are sent late, fewer reads may be in
+    #: flight (halved per step, back one per step once on time; ``core.records.read_admission``):
+    #: a busy worker falls behind on records, which it can make up, before it loses leases.
+    renewals_first: bool = attrs.field(default=True, validator=_flag, metadata=_meta(""))
     #: First backoff after a throttling error; doubles up to ``max_backoff``.
     throttle_backoff: float = attrs.field(default=0.5, validator=_positive, metadata=_meta("s"))
     #: The longest backoff after throttling or a transient AWS error.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from kclasync._core.assignment.load_assignment import renewal_throughput
 from kclasync._core.leases.held_lease import (
@@ -76,6 +77,8 @@ class LeaseRenewals:
         self.last_lateness = 0.0
         self.max_lateness = 0.0
         self._warned_at: float | None = None
+        #: Told each renewal's lateness (the worker's read slots: renewals first).
+        self.on_lateness: Callable[[float], None] | None = None
         # The labelled series, looked up once (a lookup per renewal shows at 1,000 leases).
         self._lateness = held.metrics.renewal_lateness.labels(*held.labels)
         self._renewed = held.metrics.renewals.labels(*held.labels)
@@ -92,6 +95,8 @@ class LeaseRenewals:
         lateness = max(0.0, sent - due)
         h = self.held
         self._lateness.observe(lateness)
+        if self.on_lateness is not None:
+            self.on_lateness(lateness)
         self.last_lateness = lateness
         self.max_lateness = max(self.max_lateness, lateness)
         if not late_renewals(lateness, self.failover_time):

@@ -45,6 +45,13 @@ class ConsumerMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=r,
         )
+        self.reads_limit = Gauge(
+            "kclasync_reads_in_flight_limit",
+            "GetRecords calls the worker lets run at once: max_reads_in_flight, less while its "
+            "lease renewals run late (renewals_first)",
+            _W,
+            registry=r,
+        )
         self.leases_lost = Counter(
             "kclasync_leases_lost_total", "Leases this worker lost", _W, registry=r
         )

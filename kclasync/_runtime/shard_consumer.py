@@ -27,6 +27,7 @@ from kclasync._runtime.checkpointer import ShardCheckpointer
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.read_slots import ReadSlots
 from kclasync._runtime.shard_fetcher import Batch, ShardEnd, ShardFetcher, starting_position
 from kclasync.errors import (
     AdapterError,
@@ -61,7 +62,7 @@ class ShardConsumer:
         on_shard_end: Callable[[HeldLease, frozenset[str]], Awaitable[None]],
         wait_for_parents: Callable[[HeldLease], Awaitable[None]],
         fanout: FanOutConsumers | None = None,
-        read_slots: asyncio.Semaphore | None = None,
+        read_slots: ReadSlots | None = None,
     ) -> None:
         self.held = held
         self.stream = stream

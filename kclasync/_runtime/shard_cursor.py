@@ -23,6 +23,7 @@ from kclasync._adapters.protocols import (
     StreamClient,
 )
 from kclasync._core.retry_policy import Backoff
+from kclasync._runtime.read_slots import ReadSlots
 from kclasync.errors import ThrottledError, TransientError
 
 log = logging.getLogger("kclasync.shard")
@@ -51,7 +52,7 @@ class ShardCursor:
         attempts: int | None = None,
         on_throttle: Callable[[], None] | None = None,
         on_retry: Callable[[str, BaseException], None] | None = None,
-        read_slots: asyncio.Semaphore | None = None,
+        read_slots: ReadSlots | None = None,
     ) -> None:
         self.client = client
         #: Shared by the worker's shards: a GetRecords call holds one while it is in flight

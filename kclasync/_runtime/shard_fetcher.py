@@ -31,6 +31,7 @@ from kclasync._core.records.read_pacing import ReadPause, next_read_pause
 from kclasync._records import Record
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.read_slots import ReadSlots
 from kclasync._runtime.shard_cursor import ShardCursor
 from kclasync.errors import ConfigError, error_code
 
@@ -88,7 +89,7 @@ class ShardFetcher:
         queue: asyncio.Queue[Batch | ShardEnd],
         skip_upto: tuple[int, int] | None,
         fanout: FanOutConsumers | None = None,
-        read_slots: asyncio.Semaphore | None = None,
+        read_slots: ReadSlots | None = None,
     ) -> None:
         self.stream = stream
         self.shard_id = shard_id

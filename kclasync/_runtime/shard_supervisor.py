@@ -30,6 +30,7 @@ from kclasync._processor import ProcessorFactory, RecordProcessor
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync._runtime.read_slots import ReadSlots
 from kclasync._runtime.shard_consumer import ShardConsumer, ShardOutcome
 from kclasync.errors import AdapterError, LeaseLostError, ProcessorFailedError
 from kclasync.logging import bind_log_context
@@ -84,8 +85,19 @@ class ShardSupervisor:
         self._on_failure = on_failure
         self._fanout = fanout
         limit = config.max_reads_in_flight
-        #: The worker's GetRecords calls in flight, over all its shards.
-        self._read_slots = asyncio.Semaphore(limit) if limit is not None else None
+        #: The worker's GetRecords calls in flight, over all its shards; renewals report their
+        #: lateness to it (``observe``) and a busy loop reads less (``renewals_first``).
+        self.read_slots = (
+            ReadSlots(
+                limit,
+                failover_time=config.failover_time,
+                clock=leases.now,
+                adaptive=config.renewals_first,
+                on_limit=metrics.reads_limit.labels(*labels).set,
+            )
+            if limit is not None
+            else None
+        )
         self._group: asyncio.TaskGroup | None = None
         self._runs: dict[str, _ShardRun] = {}
         self._releases: set[asyncio.Task[bool]] = set()
@@ -137,7 +149,7 @@ class ShardSupervisor:
             on_shard_end=self._shard_ended,
             wait_for_parents=self._wait_for_parents,
             fanout=self._fanout,
-            read_slots=self._read_slots,
+            read_slots=self.read_slots,
         )
         run = _ShardRun(held=held, shard=shard, processor=processor)
         self._runs[held.key] = run

@@ -336,6 +336,8 @@ def build_worker(
         fanout=fanout_consumers,
     )
     coordinator.held.listener = supervisor
+    if supervisor.read_slots is not None:
+        coordinator.renewals.on_lateness = supervisor.read_slots.observe
     # Every worker can run the leader's assignment: a configured leader-based taker always, a
     # worker-side one (with the kcl3 policy) while the table's Java workers follow a leader.
     leader_based = cfg.lease_taker.leader_based
