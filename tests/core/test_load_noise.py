@@ -84,3 +84,38 @@ def test_measured_differences_below_the_noise_floor_are_not_rebalanced() -> None
     assert len(plan_load_aware(fleet(90.0, 9.0)).moves) == 1
     # Loads predicted from configured capacities carry no reading noise: no floor.
     assert len(plan_load_aware(fleet(9.0, 0.9, capacity=1000.0)).moves) == 1
+
+
+def _newcomer_with_a_little_load(cpu_percent: float) -> FleetSnapshot:
+    # w1 (4000 KB/s) carries the hot lease: 45.7 %; w2 (2000 KB/s) 35 %. "new" (no capacity
+    # reported yet) holds 101 KB/s; at 1.9 % CPU its own ratio reads it as a 5300 KB/s worker.
+    leases = (
+        LeaseLoad("hot", "w1", 1429.0),
+        LeaseLoad("a", "w1", 200.0),
+        LeaseLoad("b", "w1", 200.0),
+        LeaseLoad("c", "w2", 400.0),
+        LeaseLoad("d", "w2", 300.0),
+        LeaseLoad("e", "new", 101.0),
+    )
+    workers = (
+        WorkerLoad("w1", cpu_percent=45.7, capacity_kbps=4000.0),
+        WorkerLoad("w2", cpu_percent=35.0, capacity_kbps=2000.0),
+        WorkerLoad("new", cpu_percent=cpu_percent),
+    )
+    return FleetSnapshot(leases, workers)
+
+
+def test_a_newcomer_whose_cpu_is_mostly_noise_is_priced_as_the_fleets_average() -> None:
+    snapshot = _newcomer_with_a_little_load(1.9)
+    model = LoadModel(snapshot, lease_throughputs(snapshot.leases))
+    # Below the capacity estimator's floor: the mean capacity (3000 KB/s), not 101 / 1.9 %.
+    assert model.cost("new", 100.0) == 100.0 * 100.0 / 3000.0
+    # So the hot lease (47.6 % there) is not sent to it; lighter ones are.
+    moves = plan_load_aware(snapshot).moves
+    assert moves and all(m.lease_key != "hot" for m in moves)
+
+
+def test_a_newcomer_with_enough_cpu_is_priced_from_its_own_reading() -> None:
+    snapshot = _newcomer_with_a_little_load(10.1)
+    model = LoadModel(snapshot, lease_throughputs(snapshot.leases))
+    assert model.cost("new", 100.0) == 100.0 * 10.1 / 101.0

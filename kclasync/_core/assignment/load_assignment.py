@@ -32,6 +32,10 @@ __all__ = [
 ]
 
 THROUGHPUT_EMA_ALPHA = 0.5
+#: Below this CPU one reading says little about a worker's capacity (a point or two of noise is
+#: a large share of it): ``estimate_capacity`` skips such periods, and ``LoadModel`` does not
+#: price a worker from one.
+CAPACITY_MIN_CPU_PERCENT = 5.0
 
 
 def throughput_ema(
@@ -75,7 +79,7 @@ def estimate_capacity(
     cpu_percent: float,
     *,
     alpha: float = THROUGHPUT_EMA_ALPHA,
-    min_cpu_percent: float = 5.0,
+    min_cpu_percent: float = CAPACITY_MIN_CPU_PERCENT,
     max_cpu_percent: float = 98.0,
 ) -> float | None:
     """A worker's own estimate of what it could process at 100 % CPU, in KB/s: an EMA of
@@ -194,7 +198,8 @@ class LoadModel:
 
     CPU mode (every worker reports CPU): load is CPU percent; a lease costs its throughput times
     the worker's percent per KB/s, from its capacity if known (then the load itself is predicted
-    from the leases it owns), else from its observed CPU over its assigned throughput, else the
+    from the leases it owns), else from its observed CPU over its assigned throughput (unless
+    other workers have capacities and that CPU is below ``CAPACITY_MIN_CPU_PERCENT``), else the
     fleet's (the mean known capacity, else CPU over throughput summed over the fleet). Leases
     still in handoff are counted at their new owner and taken off the old one. Throughput mode
     (some worker has no CPU metric, or no worker has both CPU and throughput yet, e.g. at
@@ -238,11 +243,16 @@ class LoadModel:
         self.cpu_mode = reporting and fleet_rate > 0
         self.rate: dict[str, float] = {}
         if self.cpu_mode:
+            # Without a capacity, a worker is priced from its own CPU over its throughput; but
+            # while that CPU is below what a capacity estimate needs, it is mostly noise (1.9 %
+            # for 101 KB/s reads a 3000 KB/s worker as 5300) and the fleet's average is closer.
+            floor = CAPACITY_MIN_CPU_PERCENT if known else 0.0
             for w in snapshot.workers:
+                cpu = w.cpu_percent or 0.0
                 if w.capacity_kbps:
                     self.rate[w.worker_id] = 100.0 / w.capacity_kbps
-                elif running[w.worker_id] > 0 and (w.cpu_percent or 0.0) > 0:
-                    self.rate[w.worker_id] = (w.cpu_percent or 0.0) / running[w.worker_id]
+                elif running[w.worker_id] > 0 and cpu > 0 and cpu >= floor:
+                    self.rate[w.worker_id] = cpu / running[w.worker_id]
                 else:
                     self.rate[w.worker_id] = fleet_rate
             # A worker with a capacity: its CPU calibrated the capacity, and its load is predicted

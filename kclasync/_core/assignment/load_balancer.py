@@ -294,6 +294,25 @@ def _best_move(
     return None
 
 
+def _take_back(
+    held: _Holdings, give: float, room: float, *, beyond: bool
+) -> list[tuple[float, LeaseLoad]]:
+    """What an exchange of a lease of ``give`` KB/s takes back from the receiver (``held``),
+    when ``room`` KB/s back leaves the pair level: its largest leases lighter than ``give``
+    that fit into ``room``, greedily; or (``beyond``) its one lease just above ``room`` and
+    still lighter than ``give``, which leaves the donor a little above the receiver instead."""
+    if beyond:
+        above = held.above(room)
+        return [(above[0], above[2])] if above is not None and above[0] < give else []
+    taken: list[tuple[float, LeaseLoad]] = []
+    take = 0.0
+    for tp, _, lease in reversed(held.entries):
+        if tp < give and take + tp <= room:
+            taken.append((tp, lease))
+            take += tp
+    return taken
+
+
 def _best_swap(
     model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
 ) -> list[tuple[LeaseLoad, str, str]] | None:
@@ -302,17 +321,18 @@ def _best_swap(
     another that lowers the pair's peak the most (within the noise guard: the fewest leases):
     the given lease g, and back from the receiver its largest leases that fit, greedily, into
     g - (L_d - L_r) / (c_d + c_r) (what leaves the pair level). An exchange is one step, and
-    must lower the peak by the minimum gain for every lease it moves."""
+    must lower the peak by the minimum gain for every lease it moves. Only when no such
+    exchange passes for a donor: g for the receiver's one lease just above that amount."""
     min_gain = model.mean() * settings.min_gain_percent / 100
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
     cheapest = _by_cost(model)
-    for donor in donors[:_SEARCH_WIDTH]:
+    for donor, beyond in ((d, b) for d in donors[:_SEARCH_WIDTH] for b in (False, True)):
         before = model.load[donor]
         found: list[tuple[float, int, str, str, LeaseLoad, list[LeaseLoad]]] = []
         for receiver in _receivers(donor, lightest, cheapest):
-            held = movable[receiver].entries
-            if not held:
+            held = movable[receiver]
+            if not held.entries:
                 continue
             rate_d, rate_r = model.rate[donor], model.rate[receiver]
             if rate_d + rate_r <= 0:
@@ -322,25 +342,20 @@ def _best_swap(
                 room = give - gap
                 if room <= 0:
                     continue  # a plain move of this lease: _best_move's job
-                taken: list[LeaseLoad] = []
-                take = 0.0
-                for tp, _, lease in reversed(held):
-                    if tp < give and take + tp <= room:
-                        taken.append(lease)
-                        take += tp
-                if not taken:
+                back = _take_back(held, give, room, beyond=beyond)
+                if not back:
                     continue
-                net = give - take
+                net = give - sum(tp for tp, _ in back)
                 new_receiver = model.load[receiver] + net * rate_r
                 if new_receiver > model.limit[receiver]:
                     continue
                 peak = max(before - net * rate_d, new_receiver)
                 # Every lease an exchange moves must pay for itself: a hot lease traded for six
                 # light ones is worth it only for a large gain, not to shave a point off a peak.
-                if peak > before - min_gain * (1 + len(taken)) or peak >= before:
+                if peak > before - min_gain * (1 + len(back)) or peak >= before:
                     continue
-                candidate = (peak, len(taken), given_key, receiver, given, taken)
-                found.append(candidate)
+                leases = [lease for _, lease in back]
+                found.append((peak, len(back), given_key, receiver, given, leases))
         if found:
             # Within the noise guard of the lowest peak, the exchange that moves fewest leases.
             lowest = min(c[0] for c in found)
