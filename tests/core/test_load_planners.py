@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from hypothesis import given, settings
@@ -211,3 +212,24 @@ def test_as_many_workers_as_leases_does_not_make_leases_go_back() -> None:
     owner = {"s000": "w0", "s001": "w1", "s002": "w0", "s003": "w0", "s004": "w0"}
     _run_static(capacity, rates, dict(owner), cpu=False, known_capacity=True)
     _run_static(capacity, rates, dict(owner), cpu=False, known_capacity=False)
+
+
+def test_a_vanishing_throughput_does_not_price_a_worker_infinitely() -> None:
+    """A lease throughput of 2.2e-308 KB/s (a float a property test drew) made CPU over
+    throughput infinite and every predicted load NaN."""
+    tiny = 2.2e-308
+    snapshot = FleetSnapshot(
+        (
+            LeaseLoad(key="shardId-0000", owner="w0", throughput_kbps=tiny),
+            LeaseLoad(key="shardId-0001", owner=None, throughput_kbps=100.0),
+        ),
+        (
+            WorkerLoad("w0", cpu_percent=50.0, max_cpu_percent=80.0, capacity_kbps=None),
+            WorkerLoad("w1", cpu_percent=10.0, max_cpu_percent=80.0, capacity_kbps=None),
+        ),
+    )
+    model = LoadModel(snapshot, lease_throughputs(snapshot.leases))
+    assert all(math.isfinite(load) for load in model.load.values()), model.load
+    assert all(math.isfinite(rate) for rate in model.rate.values()), model.rate
+    plan = plan_load_aware(snapshot)
+    assert [move.lease_key for move in plan.assignments] == ["shardId-0001"]

@@ -36,6 +36,9 @@ THROUGHPUT_EMA_ALPHA = 0.5
 #: a large share of it): ``estimate_capacity`` skips such periods, and ``LoadModel`` does not
 #: price a worker from one.
 CAPACITY_MIN_CPU_PERCENT = 5.0
+#: A worker running less than this (KB/s, one byte a second) gives no CPU cost per KB/s: its
+#: CPU over such a throughput is noise, or infinite for a throughput that rounds to nothing.
+MIN_PRICED_KBPS = 1e-3
 
 
 def throughput_ema(
@@ -228,7 +231,7 @@ class LoadModel:
         pairs = [
             (w.cpu_percent or 0.0, running[w.worker_id])
             for w in snapshot.workers
-            if running[w.worker_id] > 0 and (w.cpu_percent or 0.0) > 0
+            if running[w.worker_id] >= MIN_PRICED_KBPS and (w.cpu_percent or 0.0) > 0
         ]
         tp_sum = sum(t for _, t in pairs)
         fleet_rate = sum(c for c, _ in pairs) / tp_sum if tp_sum > 0 else 0.0
@@ -251,7 +254,7 @@ class LoadModel:
                 cpu = w.cpu_percent or 0.0
                 if w.capacity_kbps:
                     self.rate[w.worker_id] = 100.0 / w.capacity_kbps
-                elif running[w.worker_id] > 0 and cpu > 0 and cpu >= floor:
+                elif running[w.worker_id] >= MIN_PRICED_KBPS and cpu > 0 and cpu >= floor:
                     self.rate[w.worker_id] = cpu / running[w.worker_id]
                 else:
                     self.rate[w.worker_id] = fleet_rate
