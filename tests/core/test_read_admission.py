@@ -69,3 +69,17 @@ def test_the_shares_keep_their_order() -> None:
 
     assert ON_TIME_SHARE < LATE_SHARE < LATE_RENEWAL_SHARE
     assert STEP_SHARE < 0.1
+
+
+def test_a_short_failover_time_is_not_held_back_by_a_hiccup() -> None:
+    # At a 1 s failover, 50 ms late is 5 % of it but endangers nothing: the floors decide.
+    state = admit_reads(
+        ReadAdmission(8, 0.0), lateness=0.05, now=1.0, failover_time=1.0, ceiling=32
+    )
+    assert state.limit == 8
+    state = admit_reads(ReadAdmission(8, 0.0), lateness=0.2, now=1.0, failover_time=1.0, ceiling=32)
+    assert state.limit == 4
+    state = admit_reads(
+        ReadAdmission(8, 0.0), lateness=0.02, now=1.0, failover_time=1.0, ceiling=32
+    )
+    assert state.limit == 9

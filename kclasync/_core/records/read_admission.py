@@ -9,8 +9,9 @@ records (the shard's lag shows it, nothing is lost), so the data path gives way.
 
 The signal is the renewals' own lateness (how long after its due time each one was sent), the
 thing to protect. Over each step (``STEP_SHARE`` of the failover time) the worst lateness seen
-decides: later than ``LATE_SHARE`` of the failover time halves the reads allowed in flight (at
-least one); within ``ON_TIME_SHARE`` adds one back, up to the configured ceiling
+decides: later than ``LATE_SHARE`` of the failover time (and than ``LATE_FLOOR``) halves the
+reads allowed in flight (at least one); within ``ON_TIME_SHARE`` (or ``ON_TIME_FLOOR``) adds one
+back, up to the configured ceiling
 (``max_reads_in_flight``); in between, or with no renewal seen, the limit stays. Halving on
 trouble and growing by one converges on the most reads the loop can carry with renewals on
 time, and does not swing back to a full queue at the first quiet step.
@@ -29,6 +30,10 @@ LATE_SHARE = 0.02
 ON_TIME_SHARE = 0.005
 #: The limit changes at most once per this share of the failover time.
 STEP_SHARE = 0.05
+#: Floors (seconds) of the two thresholds: with a short failover time (a test's 1-3 s) a loop
+#: hiccup of a few tens of milliseconds endangers no lease and must not hold the reads back.
+LATE_FLOOR = 0.1
+ON_TIME_FLOOR = 0.025
 
 
 @attrs.frozen
@@ -57,8 +62,8 @@ def admit_reads(
     if now - state.since < STEP_SHARE * failover_time or worst is None:
         return ReadAdmission(state.limit, state.since, worst)
     limit = state.limit
-    if worst > LATE_SHARE * failover_time:
+    if worst > max(LATE_SHARE * failover_time, LATE_FLOOR):
         limit = max(1, limit // 2)
-    elif worst <= ON_TIME_SHARE * failover_time:
+    elif worst <= max(ON_TIME_SHARE * failover_time, ON_TIME_FLOOR):
         limit = min(ceiling, limit + 1)
     return ReadAdmission(min(limit, ceiling), now, None)
