@@ -12,7 +12,8 @@ The seeds are split before any tuning: the TUNING seeds are the ones the planner
 the HELD_OUT seeds were never looked at while tuning. Both are reported.
 
     flock /tmp/heavy.lock uv run python benchmarks/assignment_shapes.py
-        [--set tuning|held-out|held-out-2|held-out-3|held-out-4] [--classes small,medium,hot,large]
+        [--set tuning|held-out|held-out-2|held-out-3|held-out-4|held-out-5]
+        [--classes small,medium,hot,large]
         [--policies balanced,kcl3,load] [--change-every 300]
 """
 
@@ -46,12 +47,16 @@ HELD_OUT_3 = {"small": (300, 301, 302, 303), "medium": (300, 301, 302), "hot": (
 #: A fourth, drawn before the fix for an exchange's take-back (found on held-out-3) was measured.
 HELD_OUT_4 = {"small": (400, 401, 402, 403), "medium": (400, 401, 402), "hot": (400, 401, 402),
               "large": (400,)}  # fmt: skip
+#: A fifth, drawn before the next planner fix was measured.
+HELD_OUT_5 = {"small": (500, 501, 502, 503), "medium": (500, 501, 502), "hot": (500, 501, 502),
+              "large": (500,)}  # fmt: skip
 SETS = {
     "tuning": TUNING,
     "held-out": HELD_OUT,
     "held-out-2": HELD_OUT_2,
     "held-out-3": HELD_OUT_3,
     "held-out-4": HELD_OUT_4,
+    "held-out-5": HELD_OUT_5,
 }
 #: (workers range, shards range) per class; every class draws the skew from 0.8-1.6.
 CLASSES = {

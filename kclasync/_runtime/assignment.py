@@ -91,6 +91,8 @@ class LeaderAssignment:
         #: The last snapshot and plan (for the CLI, tests and the simulation report).
         self.last_snapshot: FleetSnapshot | None = None
         self.last_plan: Plan = Plan()
+        #: The last run only assigned because the throughputs were in flux (one run at most).
+        self._held = False
         #: The elector's term this loop last ran in, and when (loop clock) it first ran in it.
         self._term = -1
         self._term_started = 0.0
@@ -128,7 +130,13 @@ class LeaderAssignment:
             return plan_kcl3(
                 snapshot, balance=balance, settings=self.kcl3, seed=self._rng.getrandbits(32)
             )
-        if not may_rebalance(snapshot, bool(self.last_plan.moves), watched_enough=watched_enough):
+        moved = bool(self.last_plan.moves)
+        allowed = may_rebalance(
+            snapshot, moved, watched_enough=watched_enough, held_last_run=self._held
+        )
+        known = bool(snapshot.workers) and all(w.capacity_kbps for w in snapshot.workers)
+        self._held = not allowed and watched_enough and known
+        if not allowed:
             return plan_load_aware(snapshot, dataclasses.replace(self.balancer, max_moves=0))
         return plan_load_aware(snapshot, self.balancer)
 

@@ -18,7 +18,13 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, Plan, WorkerLoad
+from kclasync._core.assignment.load_assignment import (
+    CAPACITY_MIN_CPU_PERCENT,
+    FleetSnapshot,
+    LeaseLoad,
+    Plan,
+    WorkerLoad,
+)
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.lease import Lease, StickyMode
 from kclasync._core.workers.worker_metrics import CPU, WorkerMetrics
@@ -34,11 +40,17 @@ __all__ = [
     "leader_writes",
     "may_rebalance",
     "renewing_owners",
+    "throughputs_in_flux",
     "worker_loads",
 ]
 
 #: Seed 003: the leader gives the lock up after this many failed assignment runs in a row.
 MAX_CONSECUTIVE_FAILURES = 3
+#: A worker's CPU and the load predicted from its leases' throughputs and its capacity disagree
+#: beyond a reading's noise when they differ by more than this many points and this share of
+#: the higher of the two (``throughputs_in_flux``).
+FLUX_MIN_POINTS = 5.0
+FLUX_MIN_SHARE = 0.2
 
 
 def worker_loads(
@@ -167,8 +179,42 @@ def follower_step(worker_id: str, lease: Lease | None, held: bool) -> FollowerSt
     return FollowerStep.INCOMING
 
 
+def throughputs_in_flux(snapshot: FleetSnapshot) -> bool:
+    """Whether some worker's CPU disagrees with the load its leases' throughputs predict (their
+    sum over its capacity) beyond noise: the throughputs are averages over renewal periods, and
+    right after traffic changes they are part old, part new. Only workers with a capacity and a
+    CPU within the range a capacity is estimated from, and no lease in handoff to or from them
+    (the CPU lags a handoff by design), are compared."""
+    busy: set[str | None] = set()
+    owned: dict[str, float] = {}
+    for lease in snapshot.leases:
+        if lease.in_handoff:
+            busy |= {lease.owner, lease.checkpoint_owner}
+        tp = lease.throughput_kbps
+        if lease.owner is not None and not lease.expired and tp is not None and math.isfinite(tp):
+            owned[lease.owner] = owned.get(lease.owner, 0.0) + max(tp, 0.0)
+    for w in snapshot.workers:
+        cpu = w.cpu_percent
+        if (
+            not w.capacity_kbps
+            or cpu is None
+            or w.worker_id in busy
+            or not CAPACITY_MIN_CPU_PERCENT <= cpu <= 98.0
+        ):
+            continue
+        predicted = 100.0 * owned.get(w.worker_id, 0.0) / w.capacity_kbps
+        gap = abs(cpu - predicted)
+        if gap > FLUX_MIN_POINTS and gap > FLUX_MIN_SHARE * max(cpu, predicted):
+            return True
+    return False
+
+
 def may_rebalance(
-    snapshot: FleetSnapshot, moved_last_run: bool, *, watched_enough: bool = True
+    snapshot: FleetSnapshot,
+    moved_last_run: bool,
+    *,
+    watched_enough: bool = True,
+    held_last_run: bool = False,
 ) -> bool:
     """Whether this run may move leases, or only assign.
 
@@ -176,14 +222,17 @@ def may_rebalance(
     new leader cannot yet tell a crashed worker's leases from live ones, and moves planned
     without them are undone once they are reassigned. When every live worker reports a
     capacity, the plan predicts each load from the throughput of the leases it owns (a lease in
-    handoff counted at its new owner): nothing lags, so every run may move. Otherwise the plan
+    handoff counted at its new owner): nothing lags, so every run may move, except one run
+    (not two in a row: ``held_last_run``) while the throughputs are in flux
+    (``throughputs_in_flux``): a plan on half-old throughputs moves leases the next run moves
+    back. Otherwise the plan
     uses measured CPU, which lags the moves (a worker that just received leases still looks
     idle, and planning on that reading overshoots and oscillates): then not while a handoff is
     still under way nor right after a run that moved."""
     if not watched_enough:
         return False
     if snapshot.workers and all(w.capacity_kbps for w in snapshot.workers):
-        return True
+        return held_last_run or not throughputs_in_flux(snapshot)
     return not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases)
 
 
