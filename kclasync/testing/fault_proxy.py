@@ -278,8 +278,11 @@ async def _truncated(
     """The headers (with the whole body's length) and half the body, then the end."""
     resp = web.StreamResponse(status=status, headers=headers)
     resp.content_length = len(body)
-    await resp.prepare(request)
-    await resp.write(body[: len(body) // 2])
+    try:
+        await resp.prepare(request)
+        await resp.write(body[: len(body) // 2])
+    except ConnectionResetError:
+        return _Gone()  # the client hung up first (its timeout): nothing left to cut
     transport = request.transport
     if transport is not None:
         transport.close()  # FIN after the half that was written

@@ -263,3 +263,23 @@ async def test_error_code_names_the_aws_code_or_the_network_error_at_the_root() 
             raise TransientError("DynamoDB UpdateItem failed") from exc
     except TransientError as wrapped:
         assert error_code(wrapped) == "ConnectionResetError"
+
+
+async def test_a_truncated_answer_to_a_client_that_already_hung_up_is_dropped_quietly() -> None:
+    """Found under load: the client's read timeout closed the connection before the proxy wrote
+    the truncated answer; aiohttp logged the handler's ConnectionResetError with a traceback."""
+    from unittest import mock
+
+    from aiohttp.client_exceptions import ClientConnectionResetError
+    from aiohttp.test_utils import make_mocked_request
+
+    from kclasync.testing import fault_proxy
+
+    gone = ClientConnectionResetError("Cannot write to closing transport")
+    writer = mock.Mock()
+    writer.send_headers = mock.Mock(side_effect=gone)
+    writer.write_headers = mock.AsyncMock(side_effect=gone)
+    writer.write = mock.AsyncMock(side_effect=gone)
+    request = make_mocked_request("POST", "/", writer=writer)
+    answer = await fault_proxy._truncated(request, 200, {}, b"x" * 100)
+    assert isinstance(answer, fault_proxy._Gone)
