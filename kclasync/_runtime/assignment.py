@@ -32,7 +32,7 @@ from kclasync._core.assignment.assignment_decisions import (
     fleet_snapshot,
     follower_step,
     leader_writes,
-    may_rebalance,
+    rebalance_step,
     renewing_owners,
     worker_loads,
 )
@@ -130,12 +130,12 @@ class LeaderAssignment:
             return plan_kcl3(
                 snapshot, balance=balance, settings=self.kcl3, seed=self._rng.getrandbits(32)
             )
-        moved = bool(self.last_plan.moves)
-        allowed = may_rebalance(
-            snapshot, moved, watched_enough=watched_enough, held_last_run=self._held
+        allowed, self._held = rebalance_step(
+            snapshot,
+            bool(self.last_plan.moves),
+            watched_enough=watched_enough,
+            held_last_run=self._held,
         )
-        known = bool(snapshot.workers) and all(w.capacity_kbps for w in snapshot.workers)
-        self._held = not allowed and watched_enough and known
         if not allowed:
             return plan_load_aware(snapshot, dataclasses.replace(self.balancer, max_moves=0))
         return plan_load_aware(snapshot, self.balancer)

@@ -8,7 +8,11 @@ import attrs
 import pytest
 
 from kclasync._config import ConsumerConfig
-from kclasync._core.assignment.assignment_decisions import may_rebalance, worker_loads
+from kclasync._core.assignment.assignment_decisions import (
+    may_rebalance,
+    rebalance_step,
+    worker_loads,
+)
 from kclasync._core.assignment.capacity import CapacityEstimator
 from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
 from kclasync._core.workers import worker_metrics as wm
@@ -145,6 +149,10 @@ def test_one_run_is_held_while_the_throughputs_disagree_with_the_cpu() -> None:
     flux = FleetSnapshot(leases, workers)
     assert not may_rebalance(flux, moved_last_run=False)
     assert may_rebalance(flux, moved_last_run=False, held_last_run=True)
+    # The leader is told which run was held, so it can let the next one move.
+    assert rebalance_step(flux, moved_last_run=False) == (False, True)
+    assert rebalance_step(flux, moved_last_run=False, held_last_run=True) == (True, False)
+    assert rebalance_step(flux, moved_last_run=False, watched_enough=False) == (False, False)
     # Within the noise of a CPU reading (a few points) the throughputs are taken as they are.
     calm = FleetSnapshot(
         leases,

@@ -39,6 +39,7 @@ __all__ = [
     "follower_step",
     "leader_writes",
     "may_rebalance",
+    "rebalance_step",
     "renewing_owners",
     "throughputs_in_flux",
     "worker_loads",
@@ -216,7 +217,21 @@ def may_rebalance(
     watched_enough: bool = True,
     held_last_run: bool = False,
 ) -> bool:
-    """Whether this run may move leases, or only assign.
+    """Whether this run may move leases, or only assign (``rebalance_step``'s first half)."""
+    return rebalance_step(
+        snapshot, moved_last_run, watched_enough=watched_enough, held_last_run=held_last_run
+    )[0]
+
+
+def rebalance_step(
+    snapshot: FleetSnapshot,
+    moved_last_run: bool,
+    *,
+    watched_enough: bool = True,
+    held_last_run: bool = False,
+) -> tuple[bool, bool]:
+    """Whether this run may move leases, or only assign; and whether it only assigns because
+    the throughputs are in flux (the leader passes that back as ``held_last_run``).
 
     Not before the leader has watched the table for the failover time (``watched_enough``): a
     new leader cannot yet tell a crashed worker's leases from live ones, and moves planned
@@ -225,15 +240,15 @@ def may_rebalance(
     handoff counted at its new owner): nothing lags, so every run may move, except one run
     (not two in a row: ``held_last_run``) while the throughputs are in flux
     (``throughputs_in_flux``): a plan on half-old throughputs moves leases the next run moves
-    back. Otherwise the plan
-    uses measured CPU, which lags the moves (a worker that just received leases still looks
-    idle, and planning on that reading overshoots and oscillates): then not while a handoff is
-    still under way nor right after a run that moved."""
+    back. Otherwise the plan uses measured CPU, which lags the moves (a worker that just
+    received leases still looks idle, and planning on that reading overshoots and oscillates):
+    then not while a handoff is still under way nor right after a run that moved."""
     if not watched_enough:
-        return False
+        return False, False
     if snapshot.workers and all(w.capacity_kbps for w in snapshot.workers):
-        return held_last_run or not throughputs_in_flux(snapshot)
-    return not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases)
+        held = not held_last_run and throughputs_in_flux(snapshot)
+        return not held, held
+    return not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases), False
 
 
 @attrs.define
