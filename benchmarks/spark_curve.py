@@ -108,10 +108,12 @@ class Curve:
         return Point(name, shards, label, records, plain, rates, ratios, (load, load1()))
 
 
-def groupings(shards: int, group: int) -> list[int | None]:
+def groupings(shards: int, group: int, only_grouped: bool = False) -> list[int | None]:
     """The ``shardsPerTask`` values measured at ``shards``: the default, 1, and a grouping
-    (``group``, or with 0 docs/spark.md's ceil(shards / task slots) for ``local[2]``)."""
-    return [None, 1, group or -(-shards // SLOTS)]
+    (``group``, or with 0 docs/spark.md's ceil(shards / task slots) for ``local[2]``); with
+    ``only_grouped`` the grouping alone."""
+    grouped = group or -(-shards // SLOTS)
+    return [grouped] if only_grouped else [None, 1, grouped]
 
 
 def header() -> str:
@@ -163,7 +165,7 @@ def run_backend(name: str, args: argparse.Namespace, tmp: str) -> tuple[Point, l
             print("cold " + line(cold), flush=True)
             points = []
             for shards in args.shards:
-                for per_task in groupings(shards, args.group):
+                for per_task in groupings(shards, args.group, args.only_grouped):
                     points.append(curve.point(name, shards, args.records, per_task))
                     print("     " + line(points[-1]), flush=True)
             if args.floor:
@@ -201,6 +203,11 @@ def main() -> None:
         action="store_true",
         help="also time Spark alone: a Python streaming source that reads nothing, with the "
         "same tasks and rows as each point (spark_floor.py)",
+    )
+    parser.add_argument(
+        "--only-grouped",
+        action="store_true",
+        help="measure the grouping alone (not the default or 1)",
     )
     parser.add_argument("--runs", type=int, default=1, help="timed queries per point (medians)")
     parser.add_argument(

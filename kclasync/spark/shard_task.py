@@ -10,8 +10,9 @@ Must not: plan batches or register stream consumers (the driver does, in
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from collections.abc import Iterator
+from concurrent.futures import as_completed
 from datetime import datetime
 from typing import Any
 
@@ -89,20 +90,23 @@ def read_partition(p: ShardPartition) -> list[Record]:
 
 def arrow_batches(p: ShardPartition | ShardGroupPartition) -> Iterator[Any]:
     """The partition's rows as Arrow record batches of at most ``ARROW_CHUNK`` rows. The shards
-    of a group are read concurrently; each is recorded in the progress store before any row
-    of the task leaves."""
+    of a group are read concurrently, and each shard's rows are handed over as soon as that
+    shard is read and recorded in the progress store, while the others are still being read
+    (a shard's rows never leave before its own record; a replay of the task reads every shard
+    the same). The first failed read cancels the others, as does closing the iterator."""
     parts = p.parts if isinstance(p, ShardGroupPartition) else [p]
     io = worker_io()
-
-    async def read_all() -> list[list[Record]]:
-        async with asyncio.TaskGroup() as group:  # one failure cancels the other reads
-            reads = [group.create_task(_read_partition(io, part)) for part in parts]
-        return [read.result() for read in reads]
-
-    for part, records in zip(parts, io.run(read_all), strict=True):
-        for i in range(0, len(records), ARROW_CHUNK):
-            batch = records_to_arrow(records[i : i + ARROW_CHUNK], part.options.stream_name)
-            yield in_layout(batch, part.options.column_layout.value)
+    reads = {io.submit(functools.partial(_read_partition, io, part)): part for part in parts}
+    try:
+        for done in as_completed(reads):
+            part = reads[done]
+            records = done.result()
+            for i in range(0, len(records), ARROW_CHUNK):
+                batch = records_to_arrow(records[i : i + ARROW_CHUNK], part.options.stream_name)
+                yield in_layout(batch, part.options.column_layout.value)
+    finally:
+        for read in reads:
+            read.cancel()
 
 
 def group_partitions(

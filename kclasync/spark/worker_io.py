@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -68,6 +69,15 @@ class WorkerIO:
         except BaseException:
             future.cancel()  # an interrupted task leaves nothing running behind it
             raise
+
+    def submit(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        """Start ``make()`` on the private loop without waiting; cancelling the returned future
+        cancels the coroutine."""
+
+        async def call() -> T:
+            return await make()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop)
 
     def _guard(self) -> asyncio.Lock:
         if self._lock is None:

@@ -1,0 +1,146 @@
+"""A task that reads several shards (``shardsPerTask``) hands each shard's rows to Spark as soon
+as that shard is read and recorded, while the others are still being read; a failed read or a
+closed iterator cancels the reads still running. Driven as an executor drives the source (moto's
+server, no Spark session): one shard's read is held on an event until the test lets it go."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import threading
+from typing import Any
+
+import orjson
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+import kclasync.spark.shard_task as task_module
+import kclasync.spark.worker_io as worker_module
+from kclasync.spark.options import SourceOptions
+from kclasync.spark.shard_task import ShardGroupPartition, arrow_batches
+from kclasync.spark.source import KinesisStreamReader
+from kclasync.spark.worker_io import WorkerIO
+from kclasync.testing.emulators import LocalAws
+from tests.spark.support import create_and_produce, source_options
+
+WAIT = 30.0
+HOLD = 10.0
+
+
+def _ids(batch: Any) -> list[int]:
+    return [orjson.loads(d)["id"] for d in batch.column("data").to_pylist()]
+
+
+class Held:
+    """Holds the read of the shard named ``shard`` until ``go`` is set (or fails it)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_other: bool = False) -> None:
+        self.shard: str | None = None
+        self.go = threading.Event()
+        self.cancelled = threading.Event()
+        self.gave_up = threading.Event()  # held past HOLD: nothing else could go on
+        self.fail_other = fail_other
+        real = task_module.read_shard
+
+        async def read(client: Any, stream: str, shard_id: str, *a: Any, **kw: Any) -> Any:
+            if self.shard is None:
+                self.shard = shard_id  # the first shard to start is held
+            if shard_id == self.shard:
+                deadline = asyncio.get_running_loop().time() + HOLD
+                try:
+                    while not self.go.is_set():
+                        if asyncio.get_running_loop().time() > deadline:
+                            self.gave_up.set()
+                            break
+                        await asyncio.sleep(0.01)
+                except asyncio.CancelledError:
+                    self.cancelled.set()
+                    raise
+            elif self.fail_other:
+                raise RuntimeError(f"read of {shard_id} failed")
+            return await real(client, stream, shard_id, *a, **kw)
+
+        monkeypatch.setattr(task_module, "read_shard", read)
+
+
+def _group(moto: LocalAws, name: str, tmp_path: pathlib.Path) -> tuple[KinesisStreamReader, Any]:
+    opts = SourceOptions.parse(
+        source_options(moto, name, tmp_path, metadataPath=str(tmp_path / "m"), shardsPerTask=2)
+    )
+    reader = KinesisStreamReader(opts)
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    (group,) = reader.partitions(start, end)
+    assert isinstance(group, ShardGroupPartition) and len(group.parts) == 2
+    return reader, group
+
+
+@pytest.fixture
+def io(monkeypatch: pytest.MonkeyPatch) -> Any:
+    worker = WorkerIO()
+    monkeypatch.setattr(worker_module, "_current", worker)
+    yield worker
+    worker.close()
+
+
+def test_a_read_shard_leaves_while_the_other_is_still_read(
+    moto: LocalAws,
+    unique_name: str,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    io: WorkerIO,
+) -> None:
+    ids = create_and_produce(moto, unique_name, 2, 60)
+    reader, group = _group(moto, unique_name, tmp_path)
+    held = Held(monkeypatch)
+    try:
+        batches = arrow_batches(group)
+        first = next(batches)  # arrives although one shard's read is still held
+        assert not held.gave_up.is_set() and held.shard is not None and first.num_rows > 0
+        held.go.set()
+        rows = _ids(first) + [i for batch in batches for i in _ids(batch)]
+        assert sorted(rows) == ids
+        # A replay of the task (Spark retrying it) hands over the same rows.
+        again = [i for batch in arrow_batches(group) for i in _ids(batch)]
+        assert sorted(again) == ids
+    finally:
+        reader.stop()
+
+
+def test_a_failed_read_cancels_the_shard_still_read(
+    moto: LocalAws,
+    unique_name: str,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    io: WorkerIO,
+) -> None:
+    create_and_produce(moto, unique_name, 2, 20)
+    reader, group = _group(moto, unique_name, tmp_path)
+    held = Held(monkeypatch, fail_other=True)
+    try:
+        with pytest.raises(RuntimeError, match="read of .* failed"):
+            list(arrow_batches(group))
+        assert held.cancelled.wait(WAIT)
+        assert not held.go.is_set()
+    finally:
+        reader.stop()
+
+
+def test_closing_the_rows_cancels_the_reads(
+    moto: LocalAws,
+    unique_name: str,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    io: WorkerIO,
+) -> None:
+    create_and_produce(moto, unique_name, 2, 20)
+    reader, group = _group(moto, unique_name, tmp_path)
+    held = Held(monkeypatch)
+    try:
+        batches = arrow_batches(group)
+        assert next(batches).num_rows > 0
+        batches.close()  # Spark stops the task (a limit reached, or the task killed)
+        assert held.cancelled.wait(WAIT)
+    finally:
+        reader.stop()
