@@ -112,27 +112,34 @@ def _outside(
     peak: float = 0.0,
     *,
     spare_leases: bool = True,
+    empty_band_percent: float | None = None,
 ) -> bool:
     """Whether the fleet is out of balance: a worker above the fleet's level + band (or, when
-    an unmovable peak is higher, above that peak + band), or above its operating range, or a
+    an unmovable peak is higher, above that peak + band), or above its operating range; or a
     worker with nothing assigned while the fleet has load (a newcomer) and more leases with
     load than workers (``spare_leases``: with as many workers as leases, or more, some worker
     holds nothing whatever the plan, and moving leases to fill one empties another, back and
-    forth from one plan to the next). A measured load must
-    also be ``floor`` points above the level (noise). A worker below the level is no reason to
-    move by itself: the highest load is what the fleet is sized for, and levelling the others
-    below it moves leases for nothing."""
+    forth from one plan to the next), when some worker is also above the narrower
+    ``empty_band_percent`` (an idle newcomer beside a fleet already within that band of its
+    level lowers no peak: its leases would move for nothing). A measured load must also be
+    ``floor`` points above the level (noise). A worker below the level is no reason to move by
+    itself: the highest load is what the fleet is sized for, and levelling the others below it
+    moves leases for nothing."""
     level = model.level()
-    band = level * band_percent / 100
-    top = max(level + band, peak * (1 + band_percent / 100))
-    for wid, load in model.load.items():
-        # A measured CPU reading is only known to within its noise; a predicted load is not.
-        high = max(top, level + floor) if wid in model.measured else top
-        if load > high or load > model.limit[wid]:
-            return True
-        if level > 0 and spare_leases and model.assigned_kbps[wid] <= 0:
-            return True
-    return False
+
+    def above(percent: float) -> bool:
+        top = max(level * (1 + percent / 100), peak * (1 + percent / 100))
+        for wid, load in model.load.items():
+            # A measured CPU reading is only known to within its noise; a predicted load is not.
+            high = max(top, level + floor) if wid in model.measured else top
+            if load > high or load > model.limit[wid]:
+                return True
+        return False
+
+    if above(band_percent):
+        return True
+    empty = level > 0 and spare_leases and any(v <= 0 for v in model.assigned_kbps.values())
+    return empty and above(band_percent if empty_band_percent is None else empty_band_percent)
 
 
 def _rebalance(
@@ -148,7 +155,12 @@ def _rebalance(
     loaded = sum(1 for lease in snapshot.leases if not lease.expired and throughputs[lease.key] > 0)
     spare = loaded > len(model.workers)
     if not _outside(
-        model, settings.trigger_percent, settings.noise_floor_percent, peak, spare_leases=spare
+        model,
+        settings.trigger_percent,
+        settings.noise_floor_percent,
+        peak,
+        spare_leases=spare,
+        empty_band_percent=settings.target_percent,
     ):
         return []
     movable: dict[str, _Holdings] = {wid: _Holdings() for wid in model.workers}
@@ -181,7 +193,7 @@ def _rebalance(
             spare_leases=spare,
         ):
             break
-        step = _best_move(model, movable, settings) or _best_swap(model, movable, settings)
+        step = _best_step(model, movable, settings)
         if step is None:
             break
         if settings.max_moves is not None and changed + len(step) > settings.max_moves:
@@ -249,49 +261,81 @@ class _Holdings:
         return self.entries[index] if index < len(self.entries) else None
 
 
-def _best_move(
+def _donors(model: LoadModel) -> list[str]:
+    """The workers a step may take a lease from: the most loaded one (the fleet's peak; among
+    equals the smallest id), and any worker above its operating range. A move off any other
+    worker lowers no peak: the fleet's max/mean stays where it is, and levelling two workers
+    below the peak only moves leases (the next run, on new throughputs, may move them again)."""
+    top = min(model.workers, key=lambda wid: (-model.load[wid], wid))
+    over = sorted(
+        (wid for wid in model.workers if wid != top and model.load[wid] > model.limit[wid]),
+        key=lambda wid: (-model.load[wid], wid),
+    )
+    return [top, *over]
+
+
+def _best_step(
     model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
 ) -> list[tuple[LeaseLoad, str, str]] | None:
-    """The move that lowers a pair's peak load the most, trying donors from the most loaded.
+    """The next step off the fleet's peak (``_donors``): the best single move, else the best
+    exchange, else the exchange that takes back a little more; None when none passes."""
+    lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
+    cheapest = _by_cost(model)
+    for donor in _donors(model):
+        receivers = _receivers(donor, lightest, cheapest)
+        step = (
+            _best_move(model, movable, settings, donor, receivers)
+            or _best_swap(model, movable, settings, donor, receivers, beyond=False)
+            or _best_swap(model, movable, settings, donor, receivers, beyond=True)
+        )
+        if step is not None:
+            return step
+    return None
+
+
+def _best_move(
+    model: LoadModel,
+    movable: dict[str, _Holdings],
+    settings: BalancerSettings,
+    donor: str,
+    receivers: list[str],
+) -> list[tuple[LeaseLoad, str, str]] | None:
+    """The move of one of ``donor``'s leases that lowers the pair's peak load the most.
 
     For a donor d and receiver r the pair's peak after moving throughput t is
     max(L_d - c_d t, L_r + c_r t): falling up to t* = (L_d - L_r) / (c_d + c_r), rising after,
     so the best lease is one of the two nearest t* (within the receiver's operating range)."""
     min_gain = model.mean() * settings.min_gain_percent / 100
-    donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
-    lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
-    cheapest = _by_cost(model)
-    for donor in donors[:_SEARCH_WIDTH]:
-        before = model.load[donor]
-        held = movable[donor]
-        if not held.entries:
+    before = model.load[donor]
+    held = movable[donor]
+    if not held.entries:
+        return None
+    best: tuple[float, str, str, LeaseLoad] | None = None
+    for receiver in receivers:
+        if model.load[receiver] >= before:
             continue
-        best: tuple[float, str, str, LeaseLoad] | None = None
-        for receiver in _receivers(donor, lightest, cheapest):
-            if model.load[receiver] >= before:
+        rate_d, rate_r = model.rate[donor], model.rate[receiver]
+        if rate_d + rate_r <= 0:
+            continue
+        pivot = (before - model.load[receiver]) / (rate_d + rate_r)
+        room = model.limit[receiver] - model.load[receiver]
+        cap = room / rate_r if rate_r > 0 else math.inf
+        for entry in (held.at_most(min(pivot, cap)), held.above(pivot)):
+            if entry is None:
                 continue
-            rate_d, rate_r = model.rate[donor], model.rate[receiver]
-            if rate_d + rate_r <= 0:
+            tp, key, lease = entry
+            new_receiver = model.load[receiver] + tp * rate_r
+            if new_receiver > model.limit[receiver]:
                 continue
-            pivot = (before - model.load[receiver]) / (rate_d + rate_r)
-            room = model.limit[receiver] - model.load[receiver]
-            cap = room / rate_r if rate_r > 0 else math.inf
-            for entry in (held.at_most(min(pivot, cap)), held.above(pivot)):
-                if entry is None:
-                    continue
-                tp, key, lease = entry
-                new_receiver = model.load[receiver] + tp * rate_r
-                if new_receiver > model.limit[receiver]:
-                    continue
-                peak = max(before - tp * rate_d, new_receiver)
-                if peak > before - min_gain or peak >= before:
-                    continue
-                candidate = (peak, key, receiver, lease)
-                if best is None or candidate[:3] < best[:3]:
-                    best = candidate
-        if best is not None:
-            return [(best[3], donor, best[2])]
-    return None
+            peak = max(before - tp * rate_d, new_receiver)
+            if peak > before - min_gain or peak >= before:
+                continue
+            candidate = (peak, key, receiver, lease)
+            if best is None or candidate[:3] < best[:3]:
+                best = candidate
+    if best is None:
+        return None
+    return [(best[3], donor, best[2])]
 
 
 def _take_back(
@@ -314,52 +358,54 @@ def _take_back(
 
 
 def _best_swap(
-    model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
+    model: LoadModel,
+    movable: dict[str, _Holdings],
+    settings: BalancerSettings,
+    donor: str,
+    receivers: list[str],
+    *,
+    beyond: bool,
 ) -> list[tuple[LeaseLoad, str, str]] | None:
     """When no single move helps (a hot lease no other worker can absorb as it is), the
-    exchange of one lease of a loaded worker (from the most loaded) for lighter leases of
-    another that lowers the pair's peak the most (within the noise guard: the fewest leases):
-    the given lease g, and back from the receiver its largest leases that fit, greedily, into
-    g - (L_d - L_r) / (c_d + c_r) (what leaves the pair level). An exchange is one step, and
-    must lower the peak by the minimum gain for every lease it moves. Only when no such
-    exchange passes for a donor: g for the receiver's one lease just above that amount."""
+    exchange of one of ``donor``'s leases for lighter leases of another worker that lowers the
+    pair's peak the most (within the noise guard: the fewest leases): the given lease g, and
+    back from the receiver its largest leases that fit, greedily, into
+    g - (L_d - L_r) / (c_d + c_r) (what leaves the pair level); or (``beyond``, tried only when
+    no such exchange passes) g for the receiver's one lease just above that amount. An exchange
+    is one step, and must lower the peak by the minimum gain for every lease it moves."""
     min_gain = model.mean() * settings.min_gain_percent / 100
-    lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
-    donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
-    cheapest = _by_cost(model)
-    for donor, beyond in ((d, b) for d in donors[:_SEARCH_WIDTH] for b in (False, True)):
-        before = model.load[donor]
-        found: list[tuple[float, int, str, str, LeaseLoad, list[LeaseLoad]]] = []
-        for receiver in _receivers(donor, lightest, cheapest):
-            held = movable[receiver]
-            if not held.entries:
+    before = model.load[donor]
+    found: list[tuple[float, int, str, str, LeaseLoad, list[LeaseLoad]]] = []
+    for receiver in receivers:
+        held = movable[receiver]
+        if not held.entries:
+            continue
+        rate_d, rate_r = model.rate[donor], model.rate[receiver]
+        if rate_d + rate_r <= 0:
+            continue
+        gap = (before - model.load[receiver]) / (rate_d + rate_r)
+        for give, given_key, given in movable[donor].entries:
+            room = give - gap
+            if room <= 0:
+                continue  # a plain move of this lease: _best_move's job
+            back = _take_back(held, give, room, beyond=beyond)
+            if not back:
                 continue
-            rate_d, rate_r = model.rate[donor], model.rate[receiver]
-            if rate_d + rate_r <= 0:
+            net = give - sum(tp for tp, _ in back)
+            new_receiver = model.load[receiver] + net * rate_r
+            if new_receiver > model.limit[receiver]:
                 continue
-            gap = (before - model.load[receiver]) / (rate_d + rate_r)
-            for give, given_key, given in movable[donor].entries:
-                room = give - gap
-                if room <= 0:
-                    continue  # a plain move of this lease: _best_move's job
-                back = _take_back(held, give, room, beyond=beyond)
-                if not back:
-                    continue
-                net = give - sum(tp for tp, _ in back)
-                new_receiver = model.load[receiver] + net * rate_r
-                if new_receiver > model.limit[receiver]:
-                    continue
-                peak = max(before - net * rate_d, new_receiver)
-                # Every lease an exchange moves must pay for itself: a hot lease traded for six
-                # light ones is worth it only for a large gain, not to shave a point off a peak.
-                if peak > before - min_gain * (1 + len(back)) or peak >= before:
-                    continue
-                leases = [lease for _, lease in back]
-                found.append((peak, len(back), given_key, receiver, given, leases))
-        if found:
-            # Within the noise guard of the lowest peak, the exchange that moves fewest leases.
-            lowest = min(c[0] for c in found)
-            near = [c for c in found if c[0] <= lowest + min_gain]
-            _, _, _, receiver, given, taken = min(near, key=lambda c: (c[1], c[0], c[2], c[3]))
-            return [(given, donor, receiver)] + [(lease, receiver, donor) for lease in taken]
-    return None
+            peak = max(before - net * rate_d, new_receiver)
+            # Every lease an exchange moves must pay for itself: a hot lease traded for six
+            # light ones is worth it only for a large gain, not to shave a point off a peak.
+            if peak > before - min_gain * (1 + len(back)) or peak >= before:
+                continue
+            leases = [lease for _, lease in back]
+            found.append((peak, len(back), given_key, receiver, given, leases))
+    if not found:
+        return None
+    # Within the noise guard of the lowest peak, the exchange that moves fewest leases.
+    lowest = min(c[0] for c in found)
+    near = [c for c in found if c[0] <= lowest + min_gain]
+    _, _, _, receiver, given, taken = min(near, key=lambda c: (c[1], c[0], c[2], c[3]))
+    return [(given, donor, receiver)] + [(lease, receiver, donor) for lease in taken]
