@@ -151,3 +151,24 @@ def test_an_exchange_may_take_back_a_little_more_than_levels_the_pair() -> None:
     snapshot = _fleet({"d": (1000.0, [350.0, 280.0]), "r": (1000.0, [210.0, 140.0, 130.0])})
     moves = plan_load_aware(snapshot).moves
     assert {(m.lease_key, m.to_worker) for m in moves} == {("d-1", "r"), ("r-0", "d")}
+
+
+def test_a_newcomer_priced_from_a_guess_still_learns_when_the_peak_cannot_move() -> None:
+    # "hot" carries only the hot lease: 38 %. As priced, it fits nowhere (on "big" 64 %, on the
+    # newcomer at the fleet's average capacity 43 %), and no exchange helps. Steps only leave
+    # the peak, but the newcomer has not reported a capacity: it would stay idle forever, and
+    # if it is a large worker the hot lease belongs there. So it still takes light leases from
+    # the other workers (here two from "big", which then has room to take the hot lease in an
+    # exchange).
+    snapshot = _fleet(
+        {
+            "hot": (3000.0, [1150.0]),
+            "big": (4000.0, [100.0] * 14),
+            "a": (1000.0, [100.0] * 3),
+        }
+    )
+    new = WorkerLoad("new", cpu_percent=0.0)
+    snapshot = FleetSnapshot(snapshot.leases, (*snapshot.workers, new))
+    moves = plan_load_aware(snapshot).moves
+    to_new = [m for m in moves if m.to_worker == "new"]
+    assert to_new and all(m.from_worker != "hot" for m in to_new), moves

@@ -214,6 +214,9 @@ class LoadModel:
         self.workers = {w.worker_id: w for w in snapshot.workers}
         #: Workers whose load is their measured CPU (CPU mode, no capacity), not predicted.
         self.measured: set[str] = set()
+        #: Workers priced from the fleet's guess (CPU mode, no capacity and no usable reading
+        #: of their own yet): what they cost is only learnt once they carry some load.
+        self.guessed: set[str] = set()
         reporting = bool(snapshot.workers) and all(
             w.cpu_percent is not None for w in snapshot.workers
         )
@@ -258,6 +261,7 @@ class LoadModel:
                     self.rate[w.worker_id] = cpu / running[w.worker_id]
                 else:
                     self.rate[w.worker_id] = fleet_rate
+                    self.guessed.add(w.worker_id)
             # A worker with a capacity: its CPU calibrated the capacity, and its load is predicted
             # from the leases it now owns (current throughput, handoffs at the new owner, no lag
             # of the CPU window, no saturation at 100 %). Without one: its measured CPU, with

@@ -290,6 +290,38 @@ def _best_step(
         )
         if step is not None:
             return step
+    # Nothing lowers the peak as the loads are priced; but a worker priced from a guess (it
+    # has not reported a capacity) is only known once it carries load. Left idle it never
+    # reports one, and a hot lease that fits only there (the guess is the fleet's average)
+    # never goes. So it may take light leases from the most loaded workers, as much as would
+    # bring the fleet's smallest worker to the level: enough CPU for its estimate, and no
+    # overload should it be that small (the average's price overfilled a small newcomer).
+    return _learning_step(model, movable, settings)
+
+
+def _learning_step(
+    model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
+) -> list[tuple[LeaseLoad, str, str]] | None:
+    """One light lease for a worker priced from a guess (``_best_step``'s last resort)."""
+    level = model.level()
+    known = [model.rate[wid] for wid in model.workers if wid not in model.guessed]
+    if not model.guessed or not known or max(known) <= 0:
+        return None
+    budget = level / max(known)  # KB/s that bring the smallest known worker to the level
+    min_gain = model.mean() * settings.min_gain_percent / 100
+    donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
+    for learner in sorted(model.guessed):
+        room = budget - model.assigned_kbps[learner]
+        if room <= 0:
+            continue
+        for donor in (d for d in donors[:_SEARCH_WIDTH] if d not in model.guessed):
+            entry = movable[donor].at_most(room)
+            if entry is None:
+                continue
+            tp, _, lease = entry
+            new_load = model.load[learner] + model.cost(learner, tp)
+            if new_load < model.load[donor] - min_gain and new_load <= model.limit[learner]:
+                return [(lease, donor, learner)]
     return None
 
 
