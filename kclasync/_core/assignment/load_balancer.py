@@ -154,14 +154,21 @@ def _rebalance(
     peak = peak_floor(model, snapshot, throughputs)
     loaded = sum(1 for lease in snapshot.leases if not lease.expired and throughputs[lease.key] > 0)
     spare = loaded > len(model.workers)
-    if not _outside(
+    triggered = _outside(
         model,
         settings.trigger_percent,
         settings.noise_floor_percent,
         peak,
         spare_leases=spare,
         empty_band_percent=settings.target_percent,
-    ):
+    )
+    # An idle worker priced from a guess (no capacity reported) is not a reason to level the
+    # fleet, but it is one to give it a little load: until it reports a capacity, whether the
+    # peak could go there (a hot lease on a large newcomer) is unknown (``_learning_step``).
+    learning = spare and any(
+        wid in model.guessed and model.assigned_kbps[wid] <= 0 for wid in model.workers
+    )
+    if not triggered and not learning:
         return []
     movable: dict[str, _Holdings] = {wid: _Holdings() for wid in model.workers}
     for lease in snapshot.leases:
@@ -185,15 +192,18 @@ def _rebalance(
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
-        if not _outside(
+        if _outside(
             model,
             settings.target_percent,
             settings.noise_floor_percent / 2,
             peak,
             spare_leases=spare,
         ):
+            step = _best_step(model, movable, settings)
+        elif learning:
+            step = _learning_step(model, movable, settings)
+        else:
             break
-        step = _best_step(model, movable, settings)
         if step is None:
             break
         if settings.max_moves is not None and changed + len(step) > settings.max_moves:
