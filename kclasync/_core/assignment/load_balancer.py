@@ -324,14 +324,21 @@ def _learning_step(
         room = budget - model.assigned_kbps[learner]
         if room <= 0:
             continue
+        # The heaviest lease that fits, from any of the most loaded workers: few leases move.
+        best: tuple[float, float, str, str, LeaseLoad] | None = None
         for donor in (d for d in donors[:_SEARCH_WIDTH] if d not in model.guessed):
             entry = movable[donor].at_most(room)
             if entry is None:
                 continue
-            tp, _, lease = entry
+            tp, key, lease = entry
             new_load = model.load[learner] + model.cost(learner, tp)
-            if new_load < model.load[donor] - min_gain and new_load <= model.limit[learner]:
-                return [(lease, donor, learner)]
+            if new_load >= model.load[donor] - min_gain or new_load > model.limit[learner]:
+                continue
+            candidate = (-tp, -model.load[donor], donor, key, lease)
+            if best is None or candidate[:4] < best[:4]:
+                best = candidate
+        if best is not None:
+            return [(best[4], best[2], learner)]
     return None
 
 
