@@ -182,8 +182,8 @@ def test_an_idle_newcomer_priced_from_a_guess_gets_a_little_load_though_the_flee
     # known worker has 1400 KB/s), so the fleet is within its band. The newcomer has reported no
     # capacity: if it is a 4000 KB/s worker the hot lease belongs there (14.5 %), but nobody
     # can tell while it runs nothing. It takes what brings the smallest known worker (1000 KB/s)
-    # to the level, 26.2 %: a's 236 KB/s lease. Before, it stayed idle after a join (held-out-3
-    # small seed 300: 2.4x the optimum, no move).
+    # to the level, 26.2 %: a's 236 KB/s lease. With idle newcomers simply waiting beside a
+    # fleet in band, it stayed idle after a join (held-out-3 small seed 300: 2.4x, no move).
     snapshot = _fleet(
         {
             "hot": (1400.0, [580.0]),
