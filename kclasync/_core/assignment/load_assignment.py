@@ -280,15 +280,21 @@ class LoadModel:
                 for w in snapshot.workers
                 if not w.capacity_kbps and not (not w.cpu_percent and assigned[w.worker_id] > 0)
             }
+            # Summed first and applied once per worker, so that the floor at 0 does not make
+            # the result depend on the order of the leases.
+            leaving: dict[str, float] = dict.fromkeys(measured, 0.0)
+            arriving: dict[str, float] = dict.fromkeys(measured, 0.0)
             for lease in snapshot.leases:
                 if not lease.in_handoff or lease.expired:
                     continue
                 tp = throughputs[lease.key]
                 old, new = lease.checkpoint_owner, lease.owner
                 if old in measured:
-                    self.load[old] = max(0.0, self.load[old] - tp * self.rate[old])
+                    leaving[old] += tp * self.rate[old]
                 if new in measured:
-                    self.load[new] += tp * self.rate[new]
+                    arriving[new] += tp * self.rate[new]
+            for wid in measured:
+                self.load[wid] = max(0.0, self.load[wid] - leaving[wid]) + arriving[wid]
             self.limit = {w.worker_id: w.max_cpu_percent for w in snapshot.workers}
         else:
             for w in snapshot.workers:
