@@ -71,6 +71,29 @@ def test_plans_are_deterministic_and_independent_of_input_order(
         )
 
 
+def test_handoffs_out_of_a_worker_are_priced_whatever_the_lease_order() -> None:
+    # w0 is the old owner of a lease nobody owns now, and the new owner of one w2 hands it:
+    # its load, floored at 0, used to depend on which of the two came first, and with it
+    # whether w0 or w1 got shardId-0003.
+    def lease(key: str, owner: str | None = None, old: str | None = None) -> LeaseLoad:
+        return LeaseLoad(key, owner, None, False, False, old, 0.0)
+
+    def worker(wid: str, cpu: float, capacity: float | None = None) -> WorkerLoad:
+        return WorkerLoad(wid, cpu, 60.0, capacity)
+
+    snapshot = FleetSnapshot(
+        (
+            lease("shardId-0000"),
+            lease("shardId-0001", old="w0"),
+            lease("shardId-0002", "w0", "w2"),
+            lease("shardId-0003"),
+        ),
+        (worker("w0", 0.25), worker("w1", 0.25), worker("w2", 0.0), worker("w3", 0.0, 200.0)),
+    )
+    plan = plan_load_aware(snapshot)
+    assert all(plan_load_aware(shuffled(snapshot, seed)) == plan for seed in range(40))
+
+
 def _check_sticky(snapshot: FleetSnapshot, plan: Plan) -> None:
     by_key = {lease.key: lease for lease in snapshot.leases}
     live = {w.worker_id for w in snapshot.workers}

@@ -214,6 +214,9 @@ class LoadModel:
         self.workers = {w.worker_id: w for w in snapshot.workers}
         #: Workers whose load is their measured CPU (CPU mode, no capacity), not predicted.
         self.measured: set[str] = set()
+        #: Workers priced from the fleet's guess (CPU mode, no capacity and no usable reading
+        #: of their own yet): what they cost is only learnt once they carry some load.
+        self.guessed: set[str] = set()
         reporting = bool(snapshot.workers) and all(
             w.cpu_percent is not None for w in snapshot.workers
         )
@@ -258,6 +261,7 @@ class LoadModel:
                     self.rate[w.worker_id] = cpu / running[w.worker_id]
                 else:
                     self.rate[w.worker_id] = fleet_rate
+                    self.guessed.add(w.worker_id)
             # A worker with a capacity: its CPU calibrated the capacity, and its load is predicted
             # from the leases it now owns (current throughput, handoffs at the new owner, no lag
             # of the CPU window, no saturation at 100 %). Without one: its measured CPU, with
@@ -276,15 +280,21 @@ class LoadModel:
                 for w in snapshot.workers
                 if not w.capacity_kbps and not (not w.cpu_percent and assigned[w.worker_id] > 0)
             }
+            # Summed first and applied once per worker, so that the floor at 0 does not make
+            # the result depend on the order of the leases.
+            leaving: dict[str, float] = dict.fromkeys(measured, 0.0)
+            arriving: dict[str, float] = dict.fromkeys(measured, 0.0)
             for lease in snapshot.leases:
                 if not lease.in_handoff or lease.expired:
                     continue
                 tp = throughputs[lease.key]
                 old, new = lease.checkpoint_owner, lease.owner
                 if old in measured:
-                    self.load[old] = max(0.0, self.load[old] - tp * self.rate[old])
+                    leaving[old] += tp * self.rate[old]
                 if new in measured:
-                    self.load[new] += tp * self.rate[new]
+                    arriving[new] += tp * self.rate[new]
+            for wid in measured:
+                self.load[wid] = max(0.0, self.load[wid] - leaving[wid]) + arriving[wid]
             self.limit = {w.worker_id: w.max_cpu_percent for w in snapshot.workers}
         else:
             for w in snapshot.workers:

@@ -24,24 +24,23 @@ fleet is sized for its most loaded worker. Compared with the KCL 3.x variance de
 - sticky leases, leases in handoff and leases placed in this plan are never moved, and a
   lease changes owner at most once per plan.
 
+The choice of each step (which lease, to whom) is ``load_steps``'.
 Must not: read clocks, tables or metrics, or use randomness; ties are broken by keys.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
-    LeaseLoad,
     LoadModel,
     Move,
     Plan,
     assign_unowned,
     lease_throughputs,
 )
+from kclasync._core.assignment.load_steps import Holdings, best_step, learning_step
 
 __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
 
@@ -112,27 +111,34 @@ def _outside(
     peak: float = 0.0,
     *,
     spare_leases: bool = True,
+    empty_band_percent: float | None = None,
 ) -> bool:
     """Whether the fleet is out of balance: a worker above the fleet's level + band (or, when
-    an unmovable peak is higher, above that peak + band), or above its operating range, or a
+    an unmovable peak is higher, above that peak + band), or above its operating range; or a
     worker with nothing assigned while the fleet has load (a newcomer) and more leases with
     load than workers (``spare_leases``: with as many workers as leases, or more, some worker
     holds nothing whatever the plan, and moving leases to fill one empties another, back and
-    forth from one plan to the next). A measured load must
-    also be ``floor`` points above the level (noise). A worker below the level is no reason to
-    move by itself: the highest load is what the fleet is sized for, and levelling the others
-    below it moves leases for nothing."""
+    forth from one plan to the next), when some worker is also above the narrower
+    ``empty_band_percent`` (an idle newcomer beside a fleet already within that band of its
+    level lowers no peak: its leases would move for nothing). A measured load must also be
+    ``floor`` points above the level (noise). A worker below the level is no reason to move by
+    itself: the highest load is what the fleet is sized for, and levelling the others below it
+    moves leases for nothing."""
     level = model.level()
-    band = level * band_percent / 100
-    top = max(level + band, peak * (1 + band_percent / 100))
-    for wid, load in model.load.items():
-        # A measured CPU reading is only known to within its noise; a predicted load is not.
-        high = max(top, level + floor) if wid in model.measured else top
-        if load > high or load > model.limit[wid]:
-            return True
-        if level > 0 and spare_leases and model.assigned_kbps[wid] <= 0:
-            return True
-    return False
+
+    def above(percent: float) -> bool:
+        top = max(level * (1 + percent / 100), peak * (1 + percent / 100))
+        for wid, load in model.load.items():
+            # A measured CPU reading is only known to within its noise; a predicted load is not.
+            high = max(top, level + floor) if wid in model.measured else top
+            if load > high or load > model.limit[wid]:
+                return True
+        return False
+
+    if above(band_percent):
+        return True
+    empty = level > 0 and spare_leases and any(v <= 0 for v in model.assigned_kbps.values())
+    return empty and above(band_percent if empty_band_percent is None else empty_band_percent)
 
 
 def _rebalance(
@@ -147,11 +153,23 @@ def _rebalance(
     peak = peak_floor(model, snapshot, throughputs)
     loaded = sum(1 for lease in snapshot.leases if not lease.expired and throughputs[lease.key] > 0)
     spare = loaded > len(model.workers)
-    if not _outside(
-        model, settings.trigger_percent, settings.noise_floor_percent, peak, spare_leases=spare
-    ):
+    triggered = _outside(
+        model,
+        settings.trigger_percent,
+        settings.noise_floor_percent,
+        peak,
+        spare_leases=spare,
+        empty_band_percent=settings.target_percent,
+    )
+    # An idle worker priced from a guess (no capacity reported) is not a reason to level the
+    # fleet, but it is one to give it a little load: until it reports a capacity, whether the
+    # peak could go there (a hot lease on a large newcomer) is unknown (``learning_step``).
+    learning = spare and any(
+        wid in model.guessed and model.assigned_kbps[wid] <= 0 for wid in model.workers
+    )
+    if not triggered and not learning:
         return []
-    movable: dict[str, _Holdings] = {wid: _Holdings() for wid in model.workers}
+    movable: dict[str, Holdings] = {wid: Holdings() for wid in model.workers}
     for lease in snapshot.leases:
         if (
             lease.owner in movable
@@ -173,15 +191,18 @@ def _rebalance(
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
-        if not _outside(
+        if _outside(
             model,
             settings.target_percent,
             settings.noise_floor_percent / 2,
             peak,
             spare_leases=spare,
         ):
+            step = best_step(model, movable, settings.min_gain_percent)
+        elif learning:
+            step = learning_step(model, movable, settings.min_gain_percent)
+        else:
             break
-        step = _best_move(model, movable, settings) or _best_swap(model, movable, settings)
         if step is None:
             break
         if settings.max_moves is not None and changed + len(step) > settings.max_moves:
@@ -200,166 +221,3 @@ def _rebalance(
             if lease.key not in order:
                 order.append(lease.key)
     return [Move(key, origin[key], current[key]) for key in order if current[key] != origin[key]]
-
-
-_Entry = tuple[float, str, LeaseLoad]
-# Donors tried from the most loaded and receivers from the least loaded, per step: keeps a plan
-# for hundreds of workers fast; each step still strictly improves, so convergence is unchanged.
-_SEARCH_WIDTH = 12
-# ... plus the few workers where a lease costs least (the largest): a hot lease may fit only
-# there, and in a large fleet those need not be among the least loaded.
-_CHEAPEST = 3
-
-
-def _receivers(donor: str, lightest: list[str], cheapest: list[str]) -> list[str]:
-    """The receivers searched for ``donor``: the least loaded, then the cheapest."""
-    out = [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]
-    out += [wid for wid in cheapest if wid != donor and wid not in out][:_CHEAPEST]
-    return out
-
-
-def _by_cost(model: LoadModel) -> list[str]:
-    return sorted(model.workers, key=lambda wid: (model.rate[wid], model.load[wid], wid))
-
-
-class _Holdings:
-    """A worker's movable leases sorted by (throughput, key), for nearest-throughput lookups."""
-
-    def __init__(self) -> None:
-        self.entries: list[_Entry] = []
-
-    def add(self, tp: float, lease: LeaseLoad) -> None:
-        bisect.insort(self.entries, (tp, lease.key, lease), key=lambda e: (e[0], e[1]))
-
-    def remove(self, tp: float, lease: LeaseLoad) -> None:
-        index = bisect.bisect_left(self.entries, (tp, lease.key), key=lambda e: (e[0], e[1]))
-        del self.entries[index]
-
-    def at_most(self, value: float) -> _Entry | None:
-        """The largest throughput <= value (the smallest key among equals)."""
-        index = bisect.bisect_right(self.entries, value, key=lambda e: e[0]) - 1
-        if index < 0:
-            return None
-        first = bisect.bisect_left(self.entries, self.entries[index][0], key=lambda e: e[0])
-        return self.entries[first]
-
-    def above(self, value: float) -> _Entry | None:
-        """The smallest throughput > value (the smallest key among equals)."""
-        index = bisect.bisect_right(self.entries, value, key=lambda e: e[0])
-        return self.entries[index] if index < len(self.entries) else None
-
-
-def _best_move(
-    model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
-) -> list[tuple[LeaseLoad, str, str]] | None:
-    """The move that lowers a pair's peak load the most, trying donors from the most loaded.
-
-    For a donor d and receiver r the pair's peak after moving throughput t is
-    max(L_d - c_d t, L_r + c_r t): falling up to t* = (L_d - L_r) / (c_d + c_r), rising after,
-    so the best lease is one of the two nearest t* (within the receiver's operating range)."""
-    min_gain = model.mean() * settings.min_gain_percent / 100
-    donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
-    lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
-    cheapest = _by_cost(model)
-    for donor in donors[:_SEARCH_WIDTH]:
-        before = model.load[donor]
-        held = movable[donor]
-        if not held.entries:
-            continue
-        best: tuple[float, str, str, LeaseLoad] | None = None
-        for receiver in _receivers(donor, lightest, cheapest):
-            if model.load[receiver] >= before:
-                continue
-            rate_d, rate_r = model.rate[donor], model.rate[receiver]
-            if rate_d + rate_r <= 0:
-                continue
-            pivot = (before - model.load[receiver]) / (rate_d + rate_r)
-            room = model.limit[receiver] - model.load[receiver]
-            cap = room / rate_r if rate_r > 0 else math.inf
-            for entry in (held.at_most(min(pivot, cap)), held.above(pivot)):
-                if entry is None:
-                    continue
-                tp, key, lease = entry
-                new_receiver = model.load[receiver] + tp * rate_r
-                if new_receiver > model.limit[receiver]:
-                    continue
-                peak = max(before - tp * rate_d, new_receiver)
-                if peak > before - min_gain or peak >= before:
-                    continue
-                candidate = (peak, key, receiver, lease)
-                if best is None or candidate[:3] < best[:3]:
-                    best = candidate
-        if best is not None:
-            return [(best[3], donor, best[2])]
-    return None
-
-
-def _take_back(
-    held: _Holdings, give: float, room: float, *, beyond: bool
-) -> list[tuple[float, LeaseLoad]]:
-    """What an exchange of a lease of ``give`` KB/s takes back from the receiver (``held``),
-    when ``room`` KB/s back leaves the pair level: its largest leases lighter than ``give``
-    that fit into ``room``, greedily; or (``beyond``) its one lease just above ``room`` and
-    still lighter than ``give``, which leaves the donor a little above the receiver instead."""
-    if beyond:
-        above = held.above(room)
-        return [(above[0], above[2])] if above is not None and above[0] < give else []
-    taken: list[tuple[float, LeaseLoad]] = []
-    take = 0.0
-    for tp, _, lease in reversed(held.entries):
-        if tp < give and take + tp <= room:
-            taken.append((tp, lease))
-            take += tp
-    return taken
-
-
-def _best_swap(
-    model: LoadModel, movable: dict[str, _Holdings], settings: BalancerSettings
-) -> list[tuple[LeaseLoad, str, str]] | None:
-    """When no single move helps (a hot lease no other worker can absorb as it is), the
-    exchange of one lease of a loaded worker (from the most loaded) for lighter leases of
-    another that lowers the pair's peak the most (within the noise guard: the fewest leases):
-    the given lease g, and back from the receiver its largest leases that fit, greedily, into
-    g - (L_d - L_r) / (c_d + c_r) (what leaves the pair level). An exchange is one step, and
-    must lower the peak by the minimum gain for every lease it moves. Only when no such
-    exchange passes for a donor: g for the receiver's one lease just above that amount."""
-    min_gain = model.mean() * settings.min_gain_percent / 100
-    lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
-    donors = sorted(model.workers, key=lambda wid: (-model.load[wid], wid))
-    cheapest = _by_cost(model)
-    for donor, beyond in ((d, b) for d in donors[:_SEARCH_WIDTH] for b in (False, True)):
-        before = model.load[donor]
-        found: list[tuple[float, int, str, str, LeaseLoad, list[LeaseLoad]]] = []
-        for receiver in _receivers(donor, lightest, cheapest):
-            held = movable[receiver]
-            if not held.entries:
-                continue
-            rate_d, rate_r = model.rate[donor], model.rate[receiver]
-            if rate_d + rate_r <= 0:
-                continue
-            gap = (before - model.load[receiver]) / (rate_d + rate_r)
-            for give, given_key, given in movable[donor].entries:
-                room = give - gap
-                if room <= 0:
-                    continue  # a plain move of this lease: _best_move's job
-                back = _take_back(held, give, room, beyond=beyond)
-                if not back:
-                    continue
-                net = give - sum(tp for tp, _ in back)
-                new_receiver = model.load[receiver] + net * rate_r
-                if new_receiver > model.limit[receiver]:
-                    continue
-                peak = max(before - net * rate_d, new_receiver)
-                # Every lease an exchange moves must pay for itself: a hot lease traded for six
-                # light ones is worth it only for a large gain, not to shave a point off a peak.
-                if peak > before - min_gain * (1 + len(back)) or peak >= before:
-                    continue
-                leases = [lease for _, lease in back]
-                found.append((peak, len(back), given_key, receiver, given, leases))
-        if found:
-            # Within the noise guard of the lowest peak, the exchange that moves fewest leases.
-            lowest = min(c[0] for c in found)
-            near = [c for c in found if c[0] <= lowest + min_gain]
-            _, _, _, receiver, given, taken = min(near, key=lambda c: (c[1], c[0], c[2], c[3]))
-            return [(given, donor, receiver)] + [(lease, receiver, donor) for lease in taken]
-    return None
