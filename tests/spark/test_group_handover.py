@@ -119,7 +119,7 @@ def test_a_failed_read_cancels_the_shard_still_read(
     reader, group = _group(moto, unique_name, tmp_path)
     held = Held(monkeypatch, fail_other=True)
     try:
-        with pytest.raises(RuntimeError, match="read of .* failed"):
+        with pytest.raises(RuntimeError, match=r"read of .* failed"):
             list(arrow_batches(group))
         assert held.cancelled.wait(WAIT)
         assert not held.go.is_set()
