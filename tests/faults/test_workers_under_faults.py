@@ -1,8 +1,11 @@
 """Workers on the emulators through the fault proxy: faults on DynamoDB only, then on Kinesis
 only, then on both, while a producer writes.
 
-What must hold: no record lost; no lease lost (every worker stays alive and the table reachable:
-a fault delays a call by at most 2 s, well within the 6 s failover time); a renewal or
+What must hold: no record lost; no lease lost (every worker stays alive and the table reachable,
+at the default failover time of 10 s: a fault delays a request by at most 2 s, but with
+botocore's own retries one call is up to three requests and their backoff, and a renewal can
+wait behind a checkpoint of the same lease, so at 6 s a run of faulty requests on one lease
+occasionally outlasted the failover time: the worker then rightly gave the lease up); a renewal or
 checkpoint whose reply was lost never makes two owners (no two workers process a shard at the
 same time or take turns on it, the held-lease views never overlap); no stack trace in the logs;
 and the retries show in ``kclasync_aws_retries_total``. The numbers are printed (``-s``).
@@ -24,7 +27,7 @@ from tests.support import aws_for, wait_until
 
 pytestmark = pytest.mark.asyncio
 
-FAILOVER = 6.0
+FAILOVER = 10.0
 RATE = 0.15  # the share of requests of the service under faults that meet a breaking fault
 LATENCY = 0.1  # the share that are delayed (0-2 s)
 
