@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -63,84 +64,66 @@ class Held:
         monkeypatch.setattr(task_module, "read_shard", read)
 
 
-def _group(moto: LocalAws, name: str, tmp_path: pathlib.Path) -> tuple[KinesisStreamReader, Any]:
+@pytest.fixture
+def planned(
+    moto: LocalAws, unique_name: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[list[int], ShardGroupPartition]]:
+    """A 2-shard stream holding 60 records, and the one task (both shards) that reads its first
+    batch; the task runs on this process's ``WorkerIO``, as on an executor."""
+    io = WorkerIO()
+    monkeypatch.setattr(worker_module, "_current", io)
+    ids = create_and_produce(moto, unique_name, 2, 60)
     opts = SourceOptions.parse(
-        source_options(moto, name, tmp_path, metadataPath=str(tmp_path / "m"), shardsPerTask=2)
+        source_options(
+            moto, unique_name, tmp_path, metadataPath=str(tmp_path / "m"), shardsPerTask=2
+        )
     )
     reader = KinesisStreamReader(opts)
-    start = reader.initialOffset()
-    reader.prepareForTriggerAvailableNow()
-    end = reader.latestOffset(start, ReadAllAvailable())
-    (group,) = reader.partitions(start, end)
-    assert isinstance(group, ShardGroupPartition) and len(group.parts) == 2
-    return reader, group
-
-
-@pytest.fixture
-def io(monkeypatch: pytest.MonkeyPatch) -> Any:
-    worker = WorkerIO()
-    monkeypatch.setattr(worker_module, "_current", worker)
-    yield worker
-    worker.close()
+    try:
+        start = reader.initialOffset()
+        reader.prepareForTriggerAvailableNow()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        (group,) = reader.partitions(start, end)
+        assert isinstance(group, ShardGroupPartition) and len(group.parts) == 2
+        yield ids, group
+    finally:
+        reader.stop()
+        io.close()
 
 
 def test_a_read_shard_leaves_while_the_other_is_still_read(
-    moto: LocalAws,
-    unique_name: str,
-    tmp_path: pathlib.Path,
-    monkeypatch: pytest.MonkeyPatch,
-    io: WorkerIO,
+    planned: tuple[list[int], ShardGroupPartition], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ids = create_and_produce(moto, unique_name, 2, 60)
-    reader, group = _group(moto, unique_name, tmp_path)
+    ids, group = planned
     held = Held(monkeypatch)
-    try:
-        batches = arrow_batches(group)
-        first = next(batches)  # arrives although one shard's read is still held
-        assert not held.gave_up.is_set() and held.shard is not None and first.num_rows > 0
-        held.go.set()
-        rows = _ids(first) + [i for batch in batches for i in _ids(batch)]
-        assert sorted(rows) == ids
-        # A replay of the task (Spark retrying it) hands over the same rows.
-        again = [i for batch in arrow_batches(group) for i in _ids(batch)]
-        assert sorted(again) == ids
-    finally:
-        reader.stop()
+    batches = arrow_batches(group)
+    first = next(batches)  # arrives although one shard's read is still held
+    assert not held.gave_up.is_set() and held.shard is not None and first.num_rows > 0
+    held.go.set()
+    rows = _ids(first) + [i for batch in batches for i in _ids(batch)]
+    assert sorted(rows) == ids
+    # A replay of the task (Spark retrying it) hands over the same rows.
+    again = [i for batch in arrow_batches(group) for i in _ids(batch)]
+    assert sorted(again) == ids
 
 
 def test_a_failed_read_cancels_the_shard_still_read(
-    moto: LocalAws,
-    unique_name: str,
-    tmp_path: pathlib.Path,
-    monkeypatch: pytest.MonkeyPatch,
-    io: WorkerIO,
+    planned: tuple[list[int], ShardGroupPartition], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    create_and_produce(moto, unique_name, 2, 20)
-    reader, group = _group(moto, unique_name, tmp_path)
+    _, group = planned
     held = Held(monkeypatch, fail_other=True)
-    try:
-        with pytest.raises(RuntimeError, match=r"read of .* failed"):
-            list(arrow_batches(group))
-        assert held.cancelled.wait(WAIT)
-        assert not held.go.is_set()
-    finally:
-        reader.stop()
+    with pytest.raises(RuntimeError, match=r"read of .* failed"):
+        list(arrow_batches(group))
+    assert held.cancelled.wait(WAIT)
+    assert not held.gave_up.is_set()  # cancelled, not let go by its own time limit
 
 
 def test_closing_the_rows_cancels_the_reads(
-    moto: LocalAws,
-    unique_name: str,
-    tmp_path: pathlib.Path,
-    monkeypatch: pytest.MonkeyPatch,
-    io: WorkerIO,
+    planned: tuple[list[int], ShardGroupPartition], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    create_and_produce(moto, unique_name, 2, 20)
-    reader, group = _group(moto, unique_name, tmp_path)
+    _, group = planned
     held = Held(monkeypatch)
-    try:
-        batches = arrow_batches(group)
-        assert next(batches).num_rows > 0
-        batches.close()  # Spark stops the task (a limit reached, or the task killed)
-        assert held.cancelled.wait(WAIT)
-    finally:
-        reader.stop()
+    batches = arrow_batches(group)
+    assert next(batches).num_rows > 0
+    batches.close()  # Spark stops the task (a limit reached, or the task killed)
+    assert held.cancelled.wait(WAIT)
