@@ -28,7 +28,6 @@ JVM_FOLDERS = ("spark", "interop")
 EARLY_FOLDERS = ("simulation",)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (``--dist loadgroup``)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The JVM tests are one xdist group, and come first: they are the longest share of the

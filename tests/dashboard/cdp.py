@@ -71,6 +71,23 @@ class Page:
     async def navigate(self, url: str) -> None:
         await self.send("Page.navigate", url=url)
 
+    async def reload(self, timeout: float = 30.0) -> None:
+        """Reload the page and return once the new document has loaded. ``location.reload()``
+        returns at once and the old document answers until the new one commits, so a marker
+        set on the old window tells the two apart."""
+        await self.evaluate("window.__kclasyncBeforeReload = true; location.reload()")
+        deadline = asyncio.get_running_loop().time() + timeout
+        loaded = "!window.__kclasyncBeforeReload && document.readyState === 'complete'"
+        while True:
+            try:
+                if await self.evaluate(loaded):
+                    return
+            except RuntimeError:  # the old document's context went away mid-call
+                pass
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"the page did not load again within {timeout} s")
+            await asyncio.sleep(0.1)
+
     async def evaluate(self, expression: str) -> Any:
         result = await self.send(
             "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True

@@ -200,7 +200,7 @@ async def check_history(page: Any, victim: str, rows: list[list[str]]) -> None:
     assert f"owner: {new_owner}" in tip and "reason: taken after expiry" in tip, tip
     assert "start: " in tip and "end: (holds it now)" in tip, tip
 
-    await page.evaluate("location.reload()")  # the history lives in the dashboard's process
+    await page.reload()  # the history lives in the dashboard's process
     await wait_until(timeline_shows_takeover, 30, "the takeover shown again after a reload")
     await wait_until(points_for_every_worker, 30, "chart points again after a reload")
 
