@@ -21,6 +21,8 @@ optional ``wall_limit`` guard in ``run_virtual``.
 from __future__ import annotations
 
 import asyncio
+import collections
+import heapq
 import math
 import selectors
 import time
@@ -28,6 +30,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
+
+# asyncio's own constants for its loop turn (``asyncio.base_events``), which ``_run_once``
+# follows: purge cancelled timers when over half of more than 100 are cancelled; cap a wait.
+_MIN_SCHEDULED = 100
+_MIN_CANCELLED_SHARE = 0.5
+_MAX_SELECT_TIMEOUT = 24 * 3600
 
 
 class Deadlock(RuntimeError):
@@ -65,6 +73,12 @@ class _VirtualSelector(selectors.BaseSelector):
         return self._inner.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        return self.poll_or_advance(self._busy(), timeout, self._next_timer)
+
+    def poll_or_advance(
+        self, busy: bool, timeout: float | None, next_timer: Callable[[], float | None]
+    ) -> list[tuple[selectors.SelectorKey, int]]:
+        """What ``select`` does, for a loop that knows whether it is busy (callbacks ready)."""
         self._polls += 1
         if (
             self._deadline is not None
@@ -74,7 +88,6 @@ class _VirtualSelector(selectors.BaseSelector):
             raise WallTimeExceeded(
                 f"virtual-time loop: wall-time limit exceeded at virtual {self._clock.now:.1f}s"
             )
-        busy = self._busy()
         # Real I/O (at most a call_soon_threadsafe) is polled before the clock moves, and
         # every 64th turn while callbacks are ready: a poll per turn was a system call per
         # callback batch, a few per cent of a large simulation.
@@ -91,7 +104,7 @@ class _VirtualSelector(selectors.BaseSelector):
         # Move just past the next timer's deadline (timers fire once the clock has passed
         # them; see VirtualTimeLoop). Computing ``now + (when - now)`` instead can land one
         # float step short, and code that then sleeps the remaining step would spin.
-        when = self._next_timer()
+        when = next_timer()
         if when is None or when - self._clock.now > timeout:
             self._clock.advance(timeout)  # a capped select timeout; the loop asks again
         else:
@@ -124,14 +137,66 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def __init__(self, start: float = 0.0, *, wall_limit: float | None = None) -> None:
         self.clock = VirtualClock(start)
-        super().__init__(
-            selector=_VirtualSelector(self.clock, wall_limit, self._next_timer, self._busy)
-        )
+        self._virtual = _VirtualSelector(self.clock, wall_limit, self._next_timer, self._busy)
+        super().__init__(selector=self._virtual)
         # A real loop runs timers up to one clock tick early, which is harmless because real
         # time moves while code runs. Here it does not: code that fires a tick early, sees it
         # is still (one float step) before its deadline and sleeps the rest would spin without
         # time ever moving. So timers fire only once the virtual clock has reached them.
         self._clock_resolution = 0.0
+
+    def _run_once(self) -> None:
+        """One turn of asyncio's ``BaseEventLoop._run_once``, step for step (cancelled timers
+        dropped, I/O polled or the clock moved, due timers made ready, the ready callbacks
+        run in order), with the virtual selector's decision called directly and without the
+        debug-mode bookkeeping: a turn per timer and per wake-up is most of a large
+        simulation's loop overhead. In debug mode asyncio's own turn runs."""
+        loop: Any = self  # asyncio's private loop state, as base_events keeps it
+        if loop._debug:
+            super()._run_once()  # type: ignore[misc]
+            return
+        scheduled: list[Any] = loop._scheduled
+        count = len(scheduled)
+        if count > _MIN_SCHEDULED and loop._timer_cancelled_count / count > _MIN_CANCELLED_SHARE:
+            kept = []
+            for handle in scheduled:
+                if handle._cancelled:
+                    handle._scheduled = False
+                else:
+                    kept.append(handle)
+            heapq.heapify(kept)
+            loop._scheduled = scheduled = kept
+            loop._timer_cancelled_count = 0
+        else:
+            while scheduled and scheduled[0]._cancelled:
+                loop._timer_cancelled_count -= 1
+                handle = heapq.heappop(scheduled)
+                handle._scheduled = False
+        ready: collections.deque[Any] = loop._ready
+        clock = self.clock
+        busy = bool(ready) or loop._stopping
+        timeout: float | None = None
+        if busy:
+            timeout = 0
+        elif scheduled:
+            timeout = min(max(0, scheduled[0]._when - clock.now), _MAX_SELECT_TIMEOUT)
+        events = self._virtual.poll_or_advance(busy, timeout, self._next_timer)
+        if events:
+            loop._process_events(events)
+        end_time = clock.now  # the clock resolution is 0
+        while scheduled:
+            handle = scheduled[0]
+            if handle._when >= end_time:
+                break
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False
+            ready.append(handle)
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
+            if handle._cancelled:
+                continue
+            handle._run()
 
     def _busy(self) -> bool:
         return bool(getattr(self, "_ready", ())) or bool(getattr(self, "_stopping", False))
