@@ -48,7 +48,10 @@ def _allows(condition: rules.Condition, stored: Lease | None) -> bool:
     if stored is None:
         return holds(condition, None)
     if isinstance(condition, rules.All):
-        return all(_allows(term, stored) for term in condition.terms)
+        for term in condition.terms:
+            if not _allows(term, stored):
+                return False
+        return True
     value = getattr(stored, condition.attr.value)
     present = value is not None and value != frozenset()
     if isinstance(condition, rules.Exists):
