@@ -8,6 +8,8 @@ the item ``lease_rules.attributes`` builds.
 
 from __future__ import annotations
 
+import copy
+import pickle
 import random
 
 import pytest
@@ -47,6 +49,9 @@ def test_owner_index_follows_every_change(seed: int) -> None:
             items.popitem()
         for owner in OWNERS[1:]:
             assert items.keys_of(owner) == scanned(items, owner)
+    copied = pickle.loads(pickle.dumps(items))
+    assert copied == items and copied.owned == items.owned and copied is not items
+    assert copy.deepcopy(items).owned == items.owned
     items.clear()
     assert items.owned == {} and items.keys_of("a") == []
 

@@ -48,10 +48,7 @@ def _allows(condition: rules.Condition, stored: Lease | None) -> bool:
     if stored is None:
         return holds(condition, None)
     if isinstance(condition, rules.All):
-        for term in condition.terms:
-            if not _allows(term, stored):
-                return False
-        return True
+        return all(_allows(term, stored) for term in condition.terms)
     value = getattr(stored, condition.attr.value)
     present = value is not None and value != frozenset()
     if isinstance(condition, rules.Exists):
@@ -139,9 +136,19 @@ class LeaseItems(dict[str, Lease]):
         super().clear()
         self.owned.clear()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copies and pickles rebuild the index from the items."""
+        return (_lease_items, (dict(self),))
+
     def keys_of(self, owner: str) -> list[str]:
         """The keys of the leases ``owner`` holds, sorted."""
         return sorted(self.owned.get(owner, ()))
+
+
+def _lease_items(items: dict[str, Lease]) -> LeaseItems:
+    rebuilt = LeaseItems()
+    rebuilt.update(items)
+    return rebuilt
 
 
 class MemoryLeaseTable:
