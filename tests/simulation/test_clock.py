@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import heapq
+import random
 import socket
 import time
 
@@ -128,3 +130,30 @@ def test_real_io_is_seen_before_the_clock_moves() -> None:
             b.close()
 
     assert run_virtual(main) < 1.0
+
+
+def test_timers_fire_in_asyncio_heap_order_ties_included() -> None:
+    """The loop keeps ``(when, timer)`` pairs in its heap: it must fire timers in the order a
+    heap of the timers themselves (asyncio's) gives, equal deadlines included."""
+    rng = random.Random(7)
+    whens = [float(rng.randrange(12)) for _ in range(400)]
+    fired: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for i, when in enumerate(whens):
+            loop.call_at(when, fired.append, i)
+        await asyncio.sleep(20.0)
+
+    run_virtual(main, start=0.0)
+    loop = asyncio.new_event_loop()
+    try:
+        heap: list[asyncio.TimerHandle] = []
+        for i, when in enumerate(whens):
+            heapq.heappush(heap, asyncio.TimerHandle(when, fired.append, (i,), loop))
+        heapq.heappush(heap, asyncio.TimerHandle(20.0, fired.append, (-1,), loop))  # the sleep
+        expected = [heapq.heappop(heap)._args[0] for _ in range(len(whens))]  # type: ignore[attr-defined]
+    finally:
+        loop.close()
+    assert fired == expected
+    assert expected != sorted(expected, key=lambda i: (whens[i], i))  # ties not in FIFO order
