@@ -2,13 +2,16 @@
 
 ``VirtualTimeLoop`` is asyncio's own selector event loop with two changes: ``time()`` returns a
 virtual clock, and when nothing is ready to run the loop does not wait for the next timer, it
-moves the clock to it. Real I/O still works (the loop keeps its self-pipe for
-``call_soon_threadsafe``), but a simulation should do none: time only moves when every task is
-waiting for a timer, so a whole fleet's hours pass in the seconds the CPU needs for its events.
+moves the clock to it. (For speed it also runs its own copy of asyncio's loop turn, and keeps
+``(when, timer)`` pairs in the timer heap; neither changes what runs when.) Real I/O still
+works (the loop keeps its self-pipe for ``call_soon_threadsafe``), but a simulation should do
+none: time only moves when every task is waiting for a timer, so a whole fleet's hours pass in
+the seconds the CPU needs for its events.
 
 The runtime reads time only from ``loop.time()`` and sleeps only with ``asyncio.sleep`` /
 ``wait_for`` timeouts, so it runs here unchanged. Ready callbacks run in FIFO order and timers
-fire in deadline order (ties in scheduling order), so a run is reproducible given the same
+fire in deadline order (ties in the order asyncio's timer heap gives, which depends only on
+the order they were scheduled in), so a run is reproducible given the same
 program and the same random seeds.
 
 The PyPI package ``looptime`` fast-forwards loop time too, but as a pytest plugin that patches a
