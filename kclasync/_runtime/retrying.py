@@ -68,6 +68,8 @@ class Retrier:
         if missing:
             raise ValueError(f"no retry policy for {sorted(c.value for c in missing)}")
         self.policies = policies
+        #: The policy of each operation, looked up once per operation (not per call).
+        self._by_op: dict[str, RetryPolicy] = {}
         self.rng = rng
         self.on_retry = on_retry
         #: Calls retried, and calls given up after their budget, per operation.
@@ -75,7 +77,9 @@ class Retrier:
         self.exhausted: dict[str, int] = {}
 
     async def call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
-        policy = self.policies[OP_CLASS[op]]
+        policy = self._by_op.get(op)
+        if policy is None:
+            policy = self._by_op[op] = self.policies[OP_CLASS[op]]
         loop = asyncio.get_running_loop()
         start = loop.time()
         attempt = 0

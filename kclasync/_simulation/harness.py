@@ -23,6 +23,7 @@ randomness.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import random
 import time
@@ -47,6 +48,13 @@ from kclasync._simulation.worker import SimWorker, now
 if TYPE_CHECKING:
     from kclasync._observations import RecordingWriter
     from kclasync._simulation.recording import SimulationRecorder
+
+
+#: Allocations between young garbage collections while a simulation runs (Python's default is
+#: 700). A fleet allocates millions of short-lived objects (futures, timer handles, leases) and
+#: keeps most of what survives; at the default a tenth of the run's CPU went to collections
+#: that found little. The older generations' thresholds are left as they are.
+_GC_YOUNG_THRESHOLD = 50_000
 
 
 class _ErrorCounter(logging.Handler):
@@ -278,7 +286,12 @@ def run_simulation(
             )
         return simulation
 
-    return run_virtual(lambda: build().run(), wall_limit=wall_limit)
+    saved = gc.get_threshold()
+    gc.set_threshold(_GC_YOUNG_THRESHOLD, *saved[1:])
+    try:
+        return run_virtual(lambda: build().run(), wall_limit=wall_limit)
+    finally:
+        gc.set_threshold(*saved)
 
 
 __all__ = ["Simulation", "run_simulation"]

@@ -43,7 +43,19 @@ def holds(condition: rules.Condition, item: Mapping[Any, object] | None) -> bool
 
 
 def _allows(condition: rules.Condition, stored: Lease | None) -> bool:
-    return holds(condition, None if stored is None else rules.attributes(stored))
+    """``holds`` on the item ``stored`` would be (``rules.attributes``), read from the lease
+    field by field: only the attributes the condition names are looked at."""
+    if stored is None:
+        return holds(condition, None)
+    if isinstance(condition, rules.All):
+        return all(_allows(term, stored) for term in condition.terms)
+    value = getattr(stored, condition.attr.value)
+    present = value is not None and value != frozenset()
+    if isinstance(condition, rules.Exists):
+        return present
+    if isinstance(condition, rules.Missing):
+        return not present
+    return present and value == condition.value
 
 
 def _removed(field: str) -> object:
@@ -69,6 +81,76 @@ def apply_update(update: tuple[rules.Action, ...], stored: Lease) -> Lease:
     return attrs.evolve(stored, **changes)
 
 
+class LeaseItems(dict[str, Lease]):
+    """The table's leases by key, with an index of the keys each owner holds.
+
+    A plain dict for reading; every way of changing it keeps ``owned`` (owner -> keys) in step,
+    so ``lease_keys_of`` reads one owner's keys instead of scanning the table (as the owner
+    index on DynamoDB does). Tests may assign items directly: the index follows.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owned: dict[str | None, set[str]] = {}
+
+    def _unindex(self, key: str, lease: Lease | None = None) -> None:
+        old = dict.get(self, key) if lease is None else lease
+        if old is not None:
+            keys = self.owned[old.owner]
+            keys.discard(key)
+            if not keys:
+                del self.owned[old.owner]
+
+    def __setitem__(self, key: str, lease: Lease) -> None:
+        self._unindex(key)
+        super().__setitem__(key, lease)
+        self.owned.setdefault(lease.owner, set()).add(key)
+
+    def __delitem__(self, key: str) -> None:
+        self._unindex(key)
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self._unindex(key)
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, Lease]:
+        key, lease = super().popitem()
+        self._unindex(key, lease)
+        return key, lease
+
+    def setdefault(self, key: str, default: Lease) -> Lease:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args: Any, **kwargs: Lease) -> None:
+        for key, lease in dict(*args, **kwargs).items():
+            self[key] = lease
+
+    def __ior__(self, other: Any) -> LeaseItems:  # type: ignore[override, misc]
+        self.update(other)
+        return self
+
+    def clear(self) -> None:
+        super().clear()
+        self.owned.clear()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copies and pickles rebuild the index from the items."""
+        return (_lease_items, (dict(self),))
+
+    def keys_of(self, owner: str) -> list[str]:
+        """The keys of the leases ``owner`` holds, sorted."""
+        return sorted(self.owned.get(owner, ()))
+
+
+def _lease_items(items: dict[str, Lease]) -> LeaseItems:
+    rebuilt = LeaseItems()
+    rebuilt.update(items)
+    return rebuilt
+
+
 class MemoryLeaseTable:
     """The shared lease-table state: leases by key, unreadable items, and call counters.
 
@@ -79,7 +161,7 @@ class MemoryLeaseTable:
     """
 
     def __init__(self) -> None:
-        self.leases: dict[str, Lease] = {}
+        self.leases = LeaseItems()
         self.corrupt: dict[str, CorruptLeaseError] = {}
         self.exists = False
         self.reads: Counter[str] = Counter()
@@ -180,8 +262,7 @@ class MemoryLeaseStore:
 
     async def lease_keys_of(self, owner: str) -> tuple[str, ...]:
         def apply() -> tuple[str, ...]:
-            leases = self.table.leases
-            keys = tuple(k for k in sorted(leases) if leases[k].owner == owner)
+            keys = tuple(self.table.leases.keys_of(owner))
             self.table.items_scanned += len(keys)
             self.table.items_read["lease_keys_of"] += len(keys)
             return keys
