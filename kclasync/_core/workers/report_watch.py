@@ -1,0 +1,122 @@
+"""The leader's watch of the registry reports between its assignment runs (leader-based modes).
+
+In the leader-based modes (``lease_taker`` ``load`` and ``kcl3``) a kclasync worker writes its
+registry entry with each renewal round (every renewer interval, failover / 3 - epsilon), and
+writes no heartbeat. The leader alone reads the registry a few times per report period
+(``WATCHES_PER_REPORT``) and notices a worker whose ``lut`` stood still past its report period
+plus a margin (``suspect_after``): a suspect. It then reads that worker's leases strongly and
+judges them by their own counters (``worker_silence.judge_silent_leases``), so that a crashed
+worker's leases are assigned about one failover time after its last renewal, not at the next
+assignment run (every 2 x failover). The report only says where to look: what is taken is
+decided by the counters alone, so a live worker whose registry writes fail but whose renewals
+succeed keeps its leases.
+
+Owns: the view of reports (``ReportView``, ``watch_reports``), when a standing report makes its
+worker a suspect (``suspect_after``), how often the leader reads (``watch_interval``) and which
+workers a failover run leaves out of the live set (``failover_live``).
+Must not: judge lease expiry (``core.expiry``), plan (``core.assignment``), read a clock or do
+I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+
+import attrs
+
+from kclasync._core.workers.worker_metrics import KCLASYNC, WorkerMetrics
+
+#: The leader reads the registry this many times per report period (the renewer interval).
+WATCHES_PER_REPORT = 4
+#: A report may come this share of its period late before its worker is a suspect ...
+SUSPECT_MARGIN = 0.25
+#: ... but at least this many seconds: ``lut`` carries whole seconds, so two reports less than a
+#: second apart may carry the same value.
+LUT_RESOLUTION = 1.0
+
+
+def watch_interval(report_period: float) -> float:
+    """How often the leader reads the registry between its runs."""
+    return report_period / WATCHES_PER_REPORT
+
+
+def suspect_after(report_period: float) -> float:
+    """How long a kclasync worker's ``lut`` may stand still on the leader's clock, from the
+    leader's first read of it, before the leader reads that worker's leases: one report period
+    and a margin (a quarter of it, at least the ``lut`` resolution). A suspicion that proves
+    false costs the reads of that worker's leases, nothing else."""
+    return report_period + max(SUSPECT_MARGIN * report_period, LUT_RESOLUTION)
+
+
+@attrs.frozen
+class Report:
+    """A worker's ``lut`` as the leader last read it."""
+
+    lut: int
+    #: The leader's local time of its first read of ``lut``.
+    since: float
+    #: Already a suspect (reported once, until ``lut`` moves again).
+    suspect: bool = False
+
+
+@attrs.frozen
+class ReportView:
+    reports: Mapping[str, Report] = attrs.field(factory=dict)
+
+    def is_suspect(self, worker: str) -> bool:
+        report = self.reports.get(worker)
+        return report is not None and report.suspect
+
+    def suspects(self) -> frozenset[str]:
+        return frozenset(w for w, report in self.reports.items() if report.suspect)
+
+
+@attrs.frozen
+class ReportChange:
+    view: ReportView
+    #: Workers that just became suspects: read their leases now.
+    suspects: frozenset[str] = frozenset()
+
+
+def watch_reports(
+    previous: ReportView,
+    entries: Iterable[WorkerMetrics],
+    me: str,
+    now: float,
+    *,
+    report_period: float,
+    sent: float | None = None,
+) -> ReportChange:
+    """Fold a read of the registry (sent at ``sent``, default ``now``, answered at ``now``)
+    into the view. A new ``lut`` is stamped ``now``; standing still is measured up to ``sent``,
+    so a slow read never makes a report look late. Watched: kclasync entries without a
+    heartbeat (those report with their renewals); not this worker's own, nor another
+    implementation's (a Java worker reports every 30 s: its leases wait for the assignment
+    run), nor entries with a heartbeat (early failover of the taker modes watches those).
+    An entry that disappeared is forgotten."""
+    asked = now if sent is None else sent
+    limit = suspect_after(report_period)
+    reports: dict[str, Report] = {}
+    newly: set[str] = set()
+    for entry in entries:
+        worker = entry.worker_id
+        if worker == me or entry.implementation != KCLASYNC or entry.heartbeat is not None:
+            continue
+        old = previous.reports.get(worker)
+        if old is None or old.lut != entry.last_update:
+            reports[worker] = Report(entry.last_update, now)
+            continue
+        if not old.suspect and asked - old.since > limit:
+            old = attrs.evolve(old, suspect=True)
+            newly.add(worker)
+        reports[worker] = old
+    return ReportChange(ReportView(reports), frozenset(newly))
+
+
+def failover_live(live: Collection[str], suspects: Collection[str]) -> frozenset[str]:
+    """The live workers of a failover run: the registry's live set without the suspects. The
+    leader's run-time liveness rule (``lut`` still for the worker timeout, seen at its runs) can
+    still count a worker that crashed since the last run as live, and a plan would then give
+    the crashed worker's expired leases back to it. A suspect whose renewals go on is live all
+    the same: the caller adds the owners of unexpired leases (``renewing_owners``)."""
+    return frozenset(live) - frozenset(suspects)
