@@ -1,7 +1,7 @@
 """The leader's early failover in the leader-based modes (``lease_taker`` ``load``, ``kcl3``).
 
 While this worker leads, it reads the worker registry every ``report_watch.watch_interval``
-(a quarter of the report period) and folds it into its view of the reports
+(a sixth of the report period) and folds it into its view of the reports
 (``core.report_watch.watch_reports``). For each worker whose report stood still past its period
 (a suspect) a follower reads that worker's leases at once (the owner index, and the leases it
 owned in the last scan, each read strongly), feeds their counters to the leader's expiry

@@ -10,6 +10,7 @@ from kclasync._core.workers.report_watch import (
     LUT_RESOLUTION,
     ReportView,
     failover_live,
+    lut_period,
     suspect_after,
     watch_interval,
     watch_reports,
@@ -32,11 +33,15 @@ def entry(
     )
 
 
-def test_the_leader_reads_four_times_a_period_and_suspects_a_period_and_a_margin_late() -> None:
-    assert watch_interval(R) == R / 4
-    assert suspect_after(12.0) == 12.0 + 3.0  # a quarter of the period ...
-    # ... but at least the lut's one-second resolution (the default failover of 10 s).
-    assert suspect_after(R) == R + LUT_RESOLUTION
+def test_the_leader_reads_six_times_a_period_and_suspects_a_period_and_a_margin_late() -> None:
+    assert watch_interval(R) == R / 6
+    assert suspect_after(12.0) == 12.0 + 0.15 * 12.0  # 15 % of the period late ...
+    assert suspect_after(R) == R + 0.5  # ... at least half a second (the default failover)
+    # Reports under a second apart can carry the same lut (whole seconds): the whole number
+    # of periods that spans a second, then the margin.
+    assert lut_period(0.64) == 1.28
+    assert suspect_after(0.64) == 1.28 + 0.5
+    assert lut_period(R) == R and LUT_RESOLUTION == 1.0
 
 
 def test_a_report_that_stops_makes_its_worker_a_suspect_once() -> None:
@@ -79,7 +84,7 @@ def test_a_report_that_moves_again_clears_the_suspicion() -> None:
 def test_a_slow_read_is_measured_up_to_when_it_was_sent() -> None:
     view = watch_reports(ReportView(), [entry("a", 1)], "me", 0.0, report_period=R).view
     # Sent before the limit, answered long after: nothing new was visible when it was sent.
-    change = watch_reports(view, [entry("a", 1)], "me", 30.0, report_period=R, sent=4.0)
+    change = watch_reports(view, [entry("a", 1)], "me", 30.0, report_period=R, sent=3.5)
     assert change.suspects == frozenset()
 
 

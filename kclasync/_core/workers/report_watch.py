@@ -20,6 +20,7 @@ I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping
 
 import attrs
@@ -27,11 +28,12 @@ import attrs
 from kclasync._core.workers.worker_metrics import KCLASYNC, WorkerMetrics
 
 #: The leader reads the registry this many times per report period (the renewer interval).
-WATCHES_PER_REPORT = 4
+WATCHES_PER_REPORT = 6
 #: A report may come this share of its period late before its worker is a suspect ...
-SUSPECT_MARGIN = 0.25
-#: ... but at least this many seconds: ``lut`` carries whole seconds, so two reports less than a
-#: second apart may carry the same value.
+SUSPECT_MARGIN = 0.15
+#: ... and at least this many seconds (a write delayed by a busy loop or a slow request).
+MIN_MARGIN = 0.5
+#: ``lut`` carries whole seconds: reports less than this apart may carry the same value.
 LUT_RESOLUTION = 1.0
 
 
@@ -40,12 +42,22 @@ def watch_interval(report_period: float) -> float:
     return report_period / WATCHES_PER_REPORT
 
 
+def lut_period(report_period: float) -> float:
+    """The longest a live worker's ``lut`` stays the same: its report period, or, for periods
+    under a second, the whole number of periods that spans a second (two reports within one
+    second carry the same value)."""
+    if report_period >= LUT_RESOLUTION:
+        return report_period
+    return report_period * math.ceil(LUT_RESOLUTION / report_period)
+
+
 def suspect_after(report_period: float) -> float:
     """How long a kclasync worker's ``lut`` may stand still on the leader's clock, from the
-    leader's first read of it, before the leader reads that worker's leases: one report period
-    and a margin (a quarter of it, at least the ``lut`` resolution). A suspicion that proves
-    false costs the reads of that worker's leases, nothing else."""
-    return report_period + max(SUSPECT_MARGIN * report_period, LUT_RESOLUTION)
+    leader's first read of it, before the leader reads that worker's leases: the longest a
+    live worker's ``lut`` stays the same (``lut_period``) and a margin (15 % of the period, at
+    least half a second). A suspicion that proves false costs the reads of that worker's
+    leases, nothing else: what is taken is judged from their counters."""
+    return lut_period(report_period) + max(SUSPECT_MARGIN * report_period, MIN_MARGIN)
 
 
 @attrs.frozen
