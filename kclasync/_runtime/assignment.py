@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+from collections.abc import Sequence
 
 from kclasync._adapters.protocols import LeaseScan, LeaseStore
 from kclasync._adapters.worker_registry import WorkerRegistry
@@ -43,7 +44,7 @@ from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.held_lease import HeldLease, HeldState
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
 from kclasync._core.leases.lease_cleanup import ready_for_deletion
-from kclasync._core.workers.report_watch import failover_live
+from kclasync._core.workers.report_watch import failover_view
 from kclasync._core.workers.worker_metrics import WorkerMetrics, entry_timeout
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
@@ -161,8 +162,8 @@ class LeaderAssignment:
 
     async def failover_run(self, suspects: frozenset[str]) -> Plan:
         """A run for expired leases only (``core.report_watch``): as ``run_once``, but it
-        plans no balancing, leaves the ``suspects`` out of the live set unless they still renew
-        a lease (``failover_live``), and leaves the periodic runs' count and state alone."""
+        plans no balancing, gives nothing to the ``suspects`` and leaves their unexpired leases
+        alone (``failover_view``), and leaves the periodic runs' count and state alone."""
         async with self._running:
             return await self._run(suspects, failover=True)
 
@@ -171,12 +172,15 @@ class LeaderAssignment:
         now = self._holder.now()
         self.expiry.observe(scan.leases, now)
         live, metrics = await self.live_workers(scan, now)
+        planned: Sequence[Lease] = scan.leases
         if failover:
-            live = set(failover_live(live, suspects))
-        live |= renewing_owners(scan.leases, self.expiry, now)
+            planned, targets = failover_view(scan.leases, live, suspects, self.expiry, now)
+            live = set(targets)
+        else:
+            live |= renewing_owners(scan.leases, self.expiry, now)
         self._holder.taking.live_workers = frozenset(live)
         self._holder.taking.last_scan = scan.leases
-        snapshot = fleet_snapshot(scan.leases, worker_loads(live, metrics), self.expiry, now)
+        snapshot = fleet_snapshot(planned, worker_loads(live, metrics), self.expiry, now)
         if self._elector.terms != self._term:
             self._term, self._term_started = self._elector.terms, now
         watched = now - self._term_started >= self._holder.failover_time

@@ -9,7 +9,7 @@ from kclasync._core.workers import worker_metrics as wm
 from kclasync._core.workers.report_watch import (
     LUT_RESOLUTION,
     ReportView,
-    failover_live,
+    failover_view,
     lut_period,
     suspect_after,
     watch_interval,
@@ -106,10 +106,6 @@ def test_an_entry_that_left_is_forgotten() -> None:
     assert "a" not in view.reports
 
 
-def test_a_failover_run_leaves_the_suspects_out_of_the_live_set() -> None:
-    assert failover_live({"me", "a", "b"}, {"a", "c"}) == {"me", "b"}
-
-
 def lease(key: str, owner: str, counter: int) -> Lease:
     return Lease(key=key, owner=owner, counter=counter)
 
@@ -136,3 +132,28 @@ def test_a_crashed_suspects_leases_expire_a_failover_time_after_the_leaders_firs
     assert first.recheck_at is not None and 23.0 < first.recheck_at < 23.1
     later = judge_silent_leases(tracker, "a", [lease("s1", "a", 5)], first.recheck_at, recheck=True)
     assert [x.key for x in later.expired] == ["s1"]
+
+
+def test_a_failover_run_gives_nothing_to_a_suspect_and_leaves_its_unexpired_leases_alone() -> None:
+    tracker = ExpiryTracker(F)
+    # At t=0 the leader saw every lease. "a" (a suspect) then stopped: s1 stood still; s2's
+    # counter moved (its old owner finishing a handoff to "a", or "a" still renewing it).
+    # "b" renews s3; "c" is live in the registry and owns nothing.
+    tracker.observe([lease("s1", "a", 1), lease("s2", "a", 1), lease("s3", "b", 1)], 0.0)
+    now = 12.0
+    leases = [lease("s1", "a", 1), lease("s2", "a", 2), lease("s3", "b", 2)]
+    tracker.observe(leases, now)
+    planned, live = failover_view(leases, {"a", "c", "me"}, {"a"}, tracker, now)
+    # "a" is no target, even though a lease of it moved; "b" renews: live.
+    assert live == {"b", "c", "me"}
+    # s1 (expired) is planned; s2 (not expired, maybe still renewed by "a") is not.
+    assert [x.key for x in planned] == ["s1", "s3"]
+    assert tracker.is_expired(leases[0], now)
+
+
+def test_a_suspect_that_is_not_a_suspect_anymore_is_planned_as_usual() -> None:
+    tracker = ExpiryTracker(F)
+    leases = [lease("s1", "a", 1)]
+    tracker.observe(leases, 0.0)
+    planned, live = failover_view(leases, {"a", "me"}, set(), tracker, 1.0)
+    assert planned == leases and live == {"a", "me"}

@@ -12,8 +12,8 @@ decided by the counters alone, so a live worker whose registry writes fail but w
 succeed keeps its leases.
 
 Owns: the view of reports (``ReportView``, ``watch_reports``), when a standing report makes its
-worker a suspect (``suspect_after``), how often the leader reads (``watch_interval``) and which
-workers a failover run leaves out of the live set (``failover_live``).
+worker a suspect (``suspect_after``), how often the leader reads (``watch_interval``) and what
+a failover run plans with (``failover_view``).
 Must not: judge lease expiry (``core.expiry``), plan (``core.assignment``), read a clock or do
 I/O.
 """
@@ -21,10 +21,12 @@ I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
+from kclasync._core.leases.expiry import ExpiryTracker
+from kclasync._core.leases.lease import Lease
 from kclasync._core.workers.worker_metrics import KCLASYNC, WorkerMetrics
 
 #: The leader reads the registry this many times per report period (the renewer interval).
@@ -125,10 +127,31 @@ def watch_reports(
     return ReportChange(ReportView(reports), frozenset(newly))
 
 
-def failover_live(live: Collection[str], suspects: Collection[str]) -> frozenset[str]:
-    """The live workers of a failover run: the registry's live set without the suspects. The
-    leader's run-time liveness rule (``lut`` still for the worker timeout, seen at its runs) can
-    still count a worker that crashed since the last run as live, and a plan would then give
-    the crashed worker's expired leases back to it. A suspect whose renewals go on is live all
-    the same: the caller adds the owners of unexpired leases (``renewing_owners``)."""
-    return frozenset(live) - frozenset(suspects)
+def failover_view(
+    leases: Sequence[Lease],
+    live: Collection[str],
+    suspects: Collection[str],
+    expiry: ExpiryTracker,
+    now: float,
+) -> tuple[list[Lease], frozenset[str]]:
+    """What a failover run plans with: the leases and the live workers (the targets).
+
+    The suspects are no targets: the leader's run-time liveness rule (``lut`` still for the
+    worker timeout, seen at its runs) can still count a worker that crashed since the last run
+    as live, and so can a lease of it whose counter moved for another reason (its old owner
+    finishing a handoff to it); a plan would then give the crashed worker's expired leases
+    back to it. The other owners of leases whose counter still moves stay live
+    (``renewing_owners``). A suspect's leases that are not expired are left out of the plan
+    altogether: their owner may still renew them (a worker whose registry writes fail), so no
+    plan may take them, and with their owner no target they would otherwise count as leases
+    without a live owner."""
+    gone = frozenset(suspects)
+    renewing = {
+        lease.owner
+        for lease in leases
+        if lease.owner is not None and not expiry.is_expired(lease, now)
+    }
+    planned = [
+        lease for lease in leases if lease.owner not in gone or expiry.is_expired(lease, now)
+    ]
+    return planned, (frozenset(live) | renewing) - gone
