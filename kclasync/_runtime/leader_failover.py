@@ -10,7 +10,8 @@ tracker, and reads the ones still the suspect's again when they are due to expir
 are expired by their own counters it asks for a failover run (``LeaderAssignment.failover_run``:
 one scan, a plan of the expired and unowned leases only, the fenced assignment writes) at once,
 rather than at the next run, up to 2 x failover away. A suspect whose counters move is left
-alone, however stale its registry entry.
+alone, however stale its registry entry. A new leader suspects the lock's previous owner at
+its term's first read (``suspect_previous_leader``).
 
 Costs (W workers, L leases): the leader reads the registry ``WATCHES_PER_REPORT`` times per
 report period, W entries each (one strongly consistent scan: about W / 23 read units); the other
@@ -29,7 +30,12 @@ import logging
 
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
-from kclasync._core.workers.report_watch import ReportView, watch_interval, watch_reports
+from kclasync._core.workers.report_watch import (
+    ReportView,
+    suspect_previous_leader,
+    watch_interval,
+    watch_reports,
+)
 from kclasync._core.workers.worker_silence import judge_silent_leases
 from kclasync._runtime.assignment import LeaderAssignment
 from kclasync._runtime.leader import LeaderElector
@@ -73,15 +79,20 @@ class LeaderFailover:
         async with asyncio.TaskGroup() as followers:
             followers.create_task(self._failover_runs(), name="leader-failover-runs")
             holder = self._holder
+            #: The lock's owner before this worker's term (None once the term's first read
+            #: has suspected it).
+            previous: str | None = None
             while True:
                 started = holder.now()
                 if self._active():
-                    await self._watch(followers)
+                    await self._watch(followers, previous)
+                    previous = None
                 else:
                     self.view = ReportView()  # a new term watches afresh
+                    previous = self._elector.leader_id()
                 await asyncio.sleep(max(0.0, self.interval - (holder.now() - started)))
 
-    async def _watch(self, followers: asyncio.TaskGroup) -> None:
+    async def _watch(self, followers: asyncio.TaskGroup, previous: str | None = None) -> None:
         holder = self._holder
         sent = holder.now()
         try:
@@ -98,8 +109,12 @@ class LeaderFailover:
             report_period=self.report_period,
             sent=sent,
         )
+        suspects = change.suspects
+        if previous is not None:
+            taken_over = suspect_previous_leader(change.view, previous, holder.worker_id)
+            change, suspects = taken_over, suspects | taken_over.suspects
         self.view = change.view
-        for worker in sorted(change.suspects - self._following):
+        for worker in sorted(suspects - self._following):
             self._following.add(worker)
             self.suspects += 1
             followers.create_task(self._follow(worker), name=f"leader-follow-{worker}")

@@ -12,6 +12,7 @@ from kclasync._core.workers.report_watch import (
     failover_view,
     lut_period,
     suspect_after,
+    suspect_previous_leader,
     watch_interval,
     watch_reports,
 )
@@ -157,3 +158,20 @@ def test_a_suspect_that_is_not_a_suspect_anymore_is_planned_as_usual() -> None:
     tracker.observe(leases, 0.0)
     planned, live = failover_view(leases, {"a", "me"}, set(), tracker, 1.0)
     assert planned == leases and live == {"a", "me"}
+
+
+def test_a_new_leader_suspects_the_previous_lock_owner_at_its_first_read() -> None:
+    view = watch_reports(
+        ReportView(), [entry("old", 5), entry("b", 5)], "me", 0.0, report_period=R
+    ).view
+    change = suspect_previous_leader(view, "old", "me")
+    assert change.suspects == {"old"} and change.view.is_suspect("old")
+    assert not change.view.is_suspect("b")
+    # Once only; and nothing for itself, no previous owner, or an owner without an entry.
+    assert suspect_previous_leader(change.view, "old", "me").suspects == frozenset()
+    assert suspect_previous_leader(view, "me", "me").suspects == frozenset()
+    assert suspect_previous_leader(view, None, "me").suspects == frozenset()
+    assert suspect_previous_leader(view, "gone", "me").suspects == frozenset()
+    # Alive after all (it gave the lock up): its next report ends the suspicion.
+    later = watch_reports(change.view, [entry("old", 9)], "me", 1.0, report_period=R)
+    assert not later.view.is_suspect("old")

@@ -127,6 +127,19 @@ def watch_reports(
     return ReportChange(ReportView(reports), frozenset(newly))
 
 
+def suspect_previous_leader(view: ReportView, previous: str | None, me: str) -> ReportChange:
+    """A new leader that took the lock over from ``previous`` suspects it at once (after the
+    first read of its term): the lock was taken because its heartbeat stood still for the
+    lock's duration, far longer than ``suspect_after``. Its leases are then read at once
+    rather than after a report period of watching; if its ``lut`` moves again (it released the
+    lock alive), the suspicion ends as any other. No entry (it left the registry): nothing."""
+    report = view.reports.get(previous) if previous is not None and previous != me else None
+    if previous is None or report is None or report.suspect:
+        return ReportChange(view)
+    reports = {**view.reports, previous: attrs.evolve(report, suspect=True)}
+    return ReportChange(ReportView(reports), frozenset({previous}))
+
+
 def failover_view(
     leases: Sequence[Lease],
     live: Collection[str],
