@@ -105,3 +105,42 @@ async def test_a_worker_whose_registry_writes_fail_but_renews_keeps_its_leases()
     assert watch.failovers == 0
     assert sorted(k for k, owner in owners(fleet.table).items() if owner == quiet) == held
     await fleet.close()
+
+
+@in_virtual_time
+async def test_a_killed_leaders_leases_are_assigned_soon_after_the_lock_changes_hands() -> None:
+    """The new leader suspects the lock's previous owner at its first read of the registry:
+    the killed leader's leases are assigned a little over one failover time after the lock
+    changed hands, not after a report period of watching and then the failover time."""
+    loop = asyncio.get_running_loop()
+    lock = 3 * FAILOVER
+    fleet = Fleet(
+        one_leader=True,
+        shards=SHARDS,
+        lease_taker="load",
+        leader_lock_duration=lock,
+        leader_heartbeat_interval=FAILOVER / 2,
+    )
+    workers = {name: fleet.start(name) for name in NAMES}
+    await wait_until(
+        lambda: (
+            len(fleet.table.leases) == SHARDS and set(owners(fleet.table).values()) == set(NAMES)
+        ),
+        40 * FAILOVER,
+        "leases on every worker",
+    )
+    leader = next(n for n in NAMES if workers[n].is_leader)
+    killed = loop.time()
+    await fleet.kill(leader)
+    await wait_until(lambda: any(workers[n].is_leader for n in NAMES if n != leader), 2 * lock)
+    took_lock = loop.time() - killed
+    successor = next(n for n in NAMES if n != leader and workers[n].is_leader)
+    await wait_until(
+        lambda: leader not in owners(fleet.table).values(), 2 * lock, "leases assigned"
+    )
+    after_lock = loop.time() - killed - took_lock
+    # One failover time of watching their counters from the new leader's first reads, and a
+    # read or two: without the early suspicion a report period and its margin more (~1.4 x).
+    assert after_lock < 1.25 * FAILOVER, (took_lock, after_lock)
+    assert leader_failover(workers[successor]).failovers >= 1
+    await fleet.close()
