@@ -6,14 +6,15 @@ writes no heartbeat. The leader alone reads the registry a few times per report 
 (``WATCHES_PER_REPORT``) and notices a worker whose ``lut`` stood still past its report period
 plus a margin (``suspect_after``): a suspect. It then reads that worker's leases strongly and
 judges them by their own counters (``worker_silence.judge_silent_leases``), so that a crashed
-worker's leases are assigned about one failover time after its last renewal, not at the next
-assignment run (every 2 x failover). The report only says where to look: what is taken is
-decided by the counters alone, so a live worker whose registry writes fail but whose renewals
-succeed keeps its leases.
+worker's leases are assigned about 1.2-1.4 x the failover time after the crash, not at the
+first assignment run (every 2 x failover) after a failover time of watching (2-4 x). The
+report only says where to look: what is taken is decided by the counters alone, so a live
+worker whose registry writes fail but whose renewals succeed keeps its leases.
 
 Owns: the view of reports (``ReportView``, ``watch_reports``), when a standing report makes its
-worker a suspect (``suspect_after``), how often the leader reads (``watch_interval``) and what
-a failover run plans with (``failover_view``).
+worker a suspect (``suspect_after``; the lock's previous owner at once:
+``suspect_previous_leader``), how often the leader reads (``watch_interval``) and what a
+failover run plans with (``failover_view``).
 Must not: judge lease expiry (``core.expiry``), plan (``core.assignment``), read a clock or do
 I/O.
 """
