@@ -253,6 +253,10 @@ class ConsumerConfig:
     #: they expire (the expiry rule is unchanged: counter unchanged for the failover time, on
     #: this worker's clock). Failover then takes about failover + 2 heartbeat periods. Off:
     #: the entry is written with each renewal round and dead workers are found by the scans.
+    #: Leader-based takers (``load``, ``kcl3``): no heartbeats (the entry is written with each
+    #: renewal round); the leader alone reads the registry six times per renewer interval
+    #: and reads the leases of a worker whose entry stood still, assigning them once expired
+    #: by their counters (about 1.1-1.5 x failover); off: at the next assignment run (2-4 x).
     early_failover: bool = attrs.field(default=True, validator=_flag, metadata=_meta(""))
     #: With ``early_failover``: how often this worker writes its registry entry and reads the
     #: registry (one write and one small scan each). None: failover / 20, at least 0.5 s.

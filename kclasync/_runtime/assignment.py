@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+from collections.abc import Sequence
 
 from kclasync._adapters.protocols import LeaseScan, LeaseStore
 from kclasync._adapters.worker_registry import WorkerRegistry
@@ -43,6 +44,7 @@ from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.held_lease import HeldLease, HeldState
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
 from kclasync._core.leases.lease_cleanup import ready_for_deletion
+from kclasync._core.workers.report_watch import failover_view
 from kclasync._core.workers.worker_metrics import WorkerMetrics, entry_timeout
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
@@ -96,6 +98,10 @@ class LeaderAssignment:
         #: The elector's term this loop last ran in, and when (loop clock) it first ran in it.
         self._term = -1
         self._term_started = 0.0
+        #: Runs one at a time: the periodic ones and the failover runs (``failover_run``).
+        self._running = asyncio.Lock()
+        #: Failover runs completed (not counted in ``runs``: kcl3's balancing cadence is kept).
+        self.failover_runs = 0
 
     # -- the worker metrics ----------------------------------------------------------------
 
@@ -140,23 +146,52 @@ class LeaderAssignment:
             return plan_load_aware(snapshot, dataclasses.replace(self.balancer, max_moves=0))
         return plan_load_aware(snapshot, self.balancer)
 
+    def failover_plan(self, snapshot: FleetSnapshot) -> Plan:
+        """The plan of a failover run: the expired and unowned leases only, no balancing."""
+        if self.policy is LeaseTakerKind.KCL3:
+            return plan_kcl3(
+                snapshot, balance=False, settings=self.kcl3, seed=self._rng.getrandbits(32)
+            )
+        return plan_load_aware(snapshot, dataclasses.replace(self.balancer, max_moves=0))
+
     async def run_once(self) -> Plan:
         """One assignment run: scan, plan, write. Raises AdapterError when the scan or the
         metrics cannot be read; refused conditional writes are normal and only counted."""
+        async with self._running:
+            return await self._run(frozenset())
+
+    async def failover_run(self, suspects: frozenset[str]) -> Plan:
+        """A run for expired leases only (``core.report_watch``): as ``run_once``, but it
+        plans no balancing, gives nothing to the ``suspects`` and leaves their unexpired leases
+        alone (``failover_view``), and leaves the periodic runs' count and state alone."""
+        async with self._running:
+            return await self._run(suspects, failover=True)
+
+    async def _run(self, suspects: frozenset[str], *, failover: bool = False) -> Plan:
         scan = await self._holder.store.list_leases()
         now = self._holder.now()
         self.expiry.observe(scan.leases, now)
         live, metrics = await self.live_workers(scan, now)
-        live |= renewing_owners(scan.leases, self.expiry, now)
+        planned: Sequence[Lease] = scan.leases
+        if failover:
+            planned, targets = failover_view(scan.leases, live, suspects, self.expiry, now)
+            live = set(targets)
+        else:
+            live |= renewing_owners(scan.leases, self.expiry, now)
         self._holder.taking.live_workers = frozenset(live)
         self._holder.taking.last_scan = scan.leases
-        snapshot = fleet_snapshot(scan.leases, worker_loads(live, metrics), self.expiry, now)
+        snapshot = fleet_snapshot(planned, worker_loads(live, metrics), self.expiry, now)
         if self._elector.terms != self._term:
             self._term, self._term_started = self._elector.terms, now
         watched = now - self._term_started >= self._holder.failover_time
-        plan = self.plan(snapshot, watched_enough=watched)
-        self.runs += 1
-        self.last_snapshot, self.last_plan = snapshot, plan
+        if failover:
+            plan = self.failover_plan(snapshot)
+            self.failover_runs += 1
+        else:
+            plan = self.plan(snapshot, watched_enough=watched)
+            self.runs += 1
+            self.last_plan = plan
+        self.last_snapshot = snapshot
         writes = leader_writes(plan, {lease.key: lease for lease in scan.leases})
         results = await asyncio.gather(*(self._write(w) for w in writes))
         for write, ok in zip(writes, results, strict=True):

@@ -35,6 +35,7 @@ from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.held import HeldLeases, LeaseListener
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
+from kclasync._runtime.leader_failover import leader_failover_for
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync._runtime.lease_handoffs import LeaseHandoffs
 from kclasync._runtime.lease_mode import LeaseModeWatch
@@ -392,5 +393,12 @@ def build_worker(
         lease_mode=lease_mode,
         startup=startup,
         taker_wake=taker_wake,
+        leader_failover=leader_failover_for(
+            enabled=leader_based and cfg.early_failover,
+            holder=coordinator,
+            elector=elector,
+            assignment=assignment,
+            registry=registry,
+        ),
     )
     return Worker(spec, parts, stop=stop, started=started)

@@ -34,6 +34,7 @@ from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.leader_duties import LeaderDuties
+from kclasync._runtime.leader_failover import LeaderFailover
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync._runtime.lease_mode import LeaseModeWatch
 from kclasync._runtime.metrics import ConsumerMetrics
@@ -106,6 +107,8 @@ class WorkerParts:
     startup: WorkerStartup
     #: Set to start a taking round early (new leases, a worker joined).
     taker_wake: asyncio.Event
+    #: The leader's early failover in the leader-based modes (``early_failover``), else None.
+    leader_failover: LeaderFailover | None = None
 
 
 class Worker:
@@ -132,6 +135,7 @@ class Worker:
         self.supervisor = parts.supervisor
         self.assignment = parts.assignment
         self.discovery = parts.discovery
+        self.leader_failover = parts.leader_failover
         self.lease_mode = parts.lease_mode
         self._startup = parts.startup
 
@@ -184,6 +188,12 @@ class Worker:
                         name="assignment-discovery",
                     ),
                 ]
+                if self.leader_failover is not None:
+                    taking.append(
+                        loops.create_task(
+                            self._watched(self.leader_failover.run), name="leader-failover"
+                        )
+                    )
                 if not cfg.lease_taker.leader_based:
                     # Takes while no leader assigns; the mode follows the Java fleet's state.
                     taker = partial(

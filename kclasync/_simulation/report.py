@@ -91,6 +91,11 @@ class SimulationReport:
     #: Lease items read per lease-hour: items of full scans and of the owner index, and
     #: single-lease reads (the capacity a table pays for).
     lease_items_read_per_lease_hour: float = 0.0
+    #: Worker-registry calls of the whole fleet (``report``, ``list_workers``, ``get``,
+    #: ``remove``; ``items_read``: the entries the scans returned).
+    registry_calls: Mapping[str, int] = attrs.field(factory=dict)
+    registry_reads_per_lease_hour: float = 0.0
+    registry_writes_per_lease_hour: float = 0.0
 
     @property
     def violation_count(self) -> int:
@@ -116,6 +121,7 @@ class SimulationReport:
         samples = sim.lease_samples or [len(sim.table.leases)]
         mean_leases = max(1.0, sum(samples) / len(samples))
         table = sim.table
+        registry = Counter(table.worker_metrics.totals)
         rounds: int | None = None
         if sim.balanced_at is not None:
             rounds = max(0, math.ceil((sim.balanced_at - sim.faults_end) / sim.taker_interval))
@@ -162,6 +168,13 @@ class SimulationReport:
             lease_items_read_per_lease_hour=(table.items_scanned + table.reads["get_lease"])
             / mean_leases
             / hours,
+            registry_calls=dict(sorted(registry.items())),
+            registry_reads_per_lease_hour=(registry["list_workers"] + registry["get"])
+            / mean_leases
+            / hours,
+            registry_writes_per_lease_hour=(registry["report"] + registry["remove"])
+            / mean_leases
+            / hours,
         )
 
 
@@ -196,6 +209,9 @@ def format_report(report: SimulationReport) -> str:
         f"({r.lease_items_scanned_per_lease_hour:.0f} items scanned), "
         f"{r.lease_writes_per_lease_hour:.1f} writes",
         "  " + ", ".join(f"{k} {v}" for k, v in r.lease_table_ops.items()),
+        f"worker registry per lease per hour: {r.registry_reads_per_lease_hour:.1f} read calls, "
+        f"{r.registry_writes_per_lease_hour:.1f} writes",
+        "  " + ", ".join(f"{k} {v}" for k, v in r.registry_calls.items()),
         "events: " + (", ".join(f"{k} {v}" for k, v in r.events.items()) or "none"),
         "injected errors: " + (", ".join(f"{k} {v}" for k, v in r.injected.items()) or "none"),
         f"workers started {r.workers_started}; shards at the end {r.shards_at_end}",
