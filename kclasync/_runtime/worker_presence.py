@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 
 import aiohttp
@@ -55,8 +56,8 @@ def _source_cores(cpu: CpuReader) -> float | None:
     """The CPUs a CPU source measures against (its ``cores``, once it has sampled), if it
     tells; a reader without the attribute (a test's, a simulation's) tells nothing."""
     cores = getattr(cpu, "cores", None)
-    if isinstance(cores, int | float) and not isinstance(cores, bool) and cores > 0:
-        return float(cores)
+    if isinstance(cores, int | float) and not isinstance(cores, bool):
+        return float(cores) if math.isfinite(cores) and cores > 0 else None
     return None
 
 
