@@ -210,9 +210,9 @@ class LoadModel:
     guess: the fleet's known capacity per CPU times the CPUs it reports (``WorkerLoad.cores``),
     else the fleet's (the mean known capacity, else CPU over throughput summed over the fleet).
     Leases still in handoff are counted at their new owner and taken off the old one.
-    Throughput mode (some worker has no CPU metric, or no worker has both CPU and throughput yet, e.g. at
-    start-up): load is assigned throughput divided by capacity (relative units when capacities
-    are unknown).
+    Throughput mode (some worker has no CPU metric, or no worker has both CPU and throughput
+    yet, e.g. at start-up): load is assigned throughput divided by capacity (relative units
+    when capacities are unknown).
     """
 
     def __init__(self, snapshot: FleetSnapshot, throughputs: Mapping[str, float]) -> None:
