@@ -12,7 +12,7 @@ The seeds are split before any tuning: the TUNING seeds are the ones the planner
 the HELD_OUT seeds were never looked at while tuning. Both are reported.
 
     flock /tmp/heavy.lock uv run python benchmarks/assignment_shapes.py
-        [--set tuning|held-out|held-out-2|...|held-out-6]
+        [--set tuning|held-out|held-out-2|...|held-out-7]
         [--classes small,medium,hot,large]
         [--policies balanced,kcl3,load] [--change-every 300]
 """
@@ -53,6 +53,9 @@ HELD_OUT_5 = {"small": (500, 501, 502, 503), "medium": (500, 501, 502), "hot": (
 #: A sixth, drawn before the fix for moves that level non-peak workers was measured.
 HELD_OUT_6 = {"small": (600, 601, 602, 603), "medium": (600, 601, 602), "hot": (600, 601, 602),
               "large": (600,)}  # fmt: skip
+#: A seventh, drawn before the CPU-count hint for a newcomer's capacity was measured.
+HELD_OUT_7 = {"small": (700, 701, 702, 703), "medium": (700, 701, 702), "hot": (700, 701, 702),
+              "large": (700,)}  # fmt: skip
 SETS = {
     "tuning": TUNING,
     "held-out": HELD_OUT,
@@ -61,6 +64,7 @@ SETS = {
     "held-out-4": HELD_OUT_4,
     "held-out-5": HELD_OUT_5,
     "held-out-6": HELD_OUT_6,
+    "held-out-7": HELD_OUT_7,
 }
 #: (workers range, shards range) per class; every class draws the skew from 0.8-1.6.
 CLASSES = {

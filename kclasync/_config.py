@@ -122,6 +122,13 @@ class ConsumerConfig:
     worker_capacity_kbps: float | None = attrs.field(
         default=None, validator=_optional_positive, metadata=_meta("KB/s")
     )
+    #: The CPUs this worker may use, reported from its first report (the ``cor`` attribute) so
+    #: that the ``load`` leader prices it before its capacity is known: at the fleet's known
+    #: capacity per CPU times this. None: what its CPU source measures against (the cgroup's
+    #: or ECS task's limit, or the host's CPUs); nothing without a CPU source.
+    worker_cores: float | None = attrs.field(
+        default=None, validator=_optional_positive, metadata=_meta("CPUs")
+    )
     #: Leader-based modes: how often a worker queries the owner index for leases assigned to it.
     #: None: failover_time / 3 (well within the failover time, so an assigned lease is renewed
     #: before the leader could judge it expired).

@@ -3,8 +3,10 @@
 Owns: reading the files or the ECS task-metadata endpoint and remembering the previous sample;
 ``detect_cpu_reader`` picks the source that applies to this process. All parsing and arithmetic
 is in ``_core.assignment.cpu_usage``. Each ``sample()`` returns utilisation in percent (0-100);
-the first call returns 0. Time comes from the ``clock`` passed in (the runtime passes
-``loop.time``); /proc/stat and ECS need no clock (counter deltas only).
+the first call returns 0; after it, ``cores`` is the CPUs the source measures against (the
+group's quota, the task's limit, or the host's CPUs; None when unknown). Time comes from the
+``clock`` passed in (the runtime passes ``loop.time``); /proc/stat and ECS need no clock
+(counter deltas only).
 
 Must not: decide anything about assignment, or write the metrics anywhere.
 """
@@ -22,7 +24,9 @@ import aiohttp
 from kclasync._core.assignment.cpu_usage import (
     CpuSample,
     CpuStatsError,
+    cgroup_v1_limit_cpus,
     cgroup_v1_sample,
+    cgroup_v2_limit_cpus,
     cgroup_v2_sample,
     ecs_sample,
     ecs_task_cpu_limit,
@@ -54,6 +58,8 @@ class CpuReader(Protocol):
 class _Delta:
     def __init__(self) -> None:
         self._previous: CpuSample | None = None
+        #: The CPUs utilisation is measured against, as of the last sample (None: unknown).
+        self.cores: float | None = None
 
     def _next(self, current: CpuSample) -> float:
         value = utilisation(self._previous, current)
@@ -75,6 +81,7 @@ class CgroupV2Reader(_Delta):
         stat = (self.directory / "cpu.stat").read_text()
         max_path = self.directory / "cpu.max"
         cpu_max = max_path.read_text() if max_path.exists() else None
+        self.cores = cgroup_v2_limit_cpus(cpu_max, self.host_cpus)
         return self._next(cgroup_v2_sample(stat, cpu_max, self.clock(), self.host_cpus))
 
 
@@ -99,15 +106,17 @@ class CgroupV1Reader(_Delta):
         usage = (self.directory / "cpuacct.usage").read_text()
         quota = (self.quota_directory / "cpu.cfs_quota_us").read_text()
         period = (self.quota_directory / "cpu.cfs_period_us").read_text()
+        self.cores = cgroup_v1_limit_cpus(quota, period, self.host_cpus)
         return self._next(cgroup_v1_sample(usage, quota, period, self.clock(), self.host_cpus))
 
 
 class ProcStatReader(_Delta):
     source = "proc-stat"
 
-    def __init__(self, path: Path = Path("/proc/stat")) -> None:
+    def __init__(self, path: Path = Path("/proc/stat"), host_cpus: int | None = None) -> None:
         super().__init__()
         self.path = path
+        self.cores = float(host_cpus or os.cpu_count() or 1)
 
     async def sample(self) -> float:
         return self._next(proc_stat_sample(self.path.read_text()))
@@ -141,6 +150,7 @@ class EcsTaskReader(_Delta):
                 raise CpuStatsError("ECS /task: expected a JSON object")
             self._limit = ecs_task_cpu_limit(task)
             self._limit_known = True
+            self.cores = self._limit
         stats = await self._get("/task/stats")
         if not isinstance(stats, Mapping):
             raise CpuStatsError("ECS /task/stats: expected a JSON object")
@@ -187,7 +197,7 @@ def detect_cpu_reader(
     if usage_dir is not None and quota_dir is not None:
         return CgroupV1Reader(usage_dir, clock, cpus, quota_directory=quota_dir)
     if (proc_root / "stat").is_file():
-        return ProcStatReader(proc_root / "stat")
+        return ProcStatReader(proc_root / "stat", host_cpus=os.cpu_count() or 1)
     return None
 
 

@@ -176,6 +176,7 @@ def lease_coordinator(
     cpu_reader: CpuReader | None = None,
     max_cpu_percent: int = 100,
     capacity_kbps: float | None = None,
+    cores: float | None = None,
     heartbeat_interval: float | None = None,
 ) -> LeaseCoordinator:
     """The lease path of one worker, bottom up: the held leases, this worker's registry
@@ -206,6 +207,7 @@ def lease_coordinator(
         cpu=cpu_reader,
         max_cpu_percent=max_cpu_percent,
         capacity_kbps=capacity_kbps,
+        cores=cores,
         processed_kbps=held.processed_kbps,
         heartbeat_interval=heartbeat_interval,
     )
@@ -287,6 +289,7 @@ def build_worker(
         cpu_reader=adapters.cpu_reader,
         max_cpu_percent=cfg.max_cpu_percent,
         capacity_kbps=cfg.worker_capacity_kbps,
+        cores=cfg.worker_cores,
         heartbeat_interval=cfg.effective_heartbeat_interval,
     )
     elector = LeaderElector(

@@ -1,17 +1,17 @@
 """This worker's entry in the worker registry (``<app>-WorkerMetricStats``) and the live set.
 
-Owns: writing this worker's entry each report period, and with early failover a heartbeat
-(``hb``, ``hbi``) every heartbeat period (``lut`` from the injected wall clock: the
-runtime's only wall-clock read, so a simulation passes its virtual clock), reading every entry
-for the taking rounds, sampling this worker's CPU each report (when a source exists; none
-means no CPU metric, as the Java worker does; CPU is also left out while a present Java
-worker reports none, ``core.worker_metrics.may_report_metric``), reporting this worker's
-capacity (configured, or estimated from its CPU against the throughput it processes:
-``CapacityEstimator``), judging liveness there from changes of ``lut`` stamped on the loop
-clock (``core.expiry``, exactly like lease expiry), logging each unreadable entry once and
-counting them, and leaving the registry on a graceful stop (after the writes still in flight:
-a write whose caller was cancelled may still land on the table, and would otherwise bring the
-entry back after the delete, so the others would see a silent worker rather than one that left).
+Owns: writing this worker's entry each report period, and with early failover a heartbeat (``hb``,
+``hbi``) every heartbeat period (``lut`` from the injected wall clock: the runtime's only wall-
+clock read, so a simulation passes its virtual clock), reading every entry for the taking rounds,
+sampling this worker's CPU each report (when a source exists; none means no CPU metric, as the Java
+worker does; CPU is also left out while a present Java worker reports none,
+``core.worker_metrics.may_report_metric``), reporting this worker's capacity (configured, or
+estimated from its CPU against the throughput it processes: ``CapacityEstimator``) and the CPUs it
+may use (configured, or its CPU source's), judging liveness there from changes of ``lut`` stamped
+on the loop clock (``core.expiry``, exactly like lease expiry), logging each unreadable entry once
+and counting them, and leaving the registry on a graceful stop (after the writes still in flight: a
+write whose caller was cancelled may still land on the table, and would otherwise bring the entry
+back after the delete, so the others would see a silent worker rather than one that left).
 Must not: decide assignment, write to the lease table, or read the wall clock any other way.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 
 import aiohttp
@@ -51,6 +52,15 @@ FLEET_REFRESH = 15.0
 LEAVE_WAIT = 5.0
 
 
+def _source_cores(cpu: CpuReader) -> float | None:
+    """The CPUs a CPU source measures against (its ``cores``, once it has sampled), if it
+    tells; a reader without the attribute (a test's, a simulation's) tells nothing."""
+    cores = getattr(cpu, "cores", None)
+    if isinstance(cores, int | float) and not isinstance(cores, bool):
+        return float(cores) if math.isfinite(cores) and cores > 0 else None
+    return None
+
+
 class WorkerPresence:
     def __init__(
         self,
@@ -63,6 +73,7 @@ class WorkerPresence:
         cpu: CpuReader | None = None,
         max_cpu_percent: int = 100,
         capacity_kbps: float | None = None,
+        cores: float | None = None,
         processed_kbps: Callable[[], float] | None = None,
         heartbeat_interval: float | None = None,
     ) -> None:
@@ -85,6 +96,9 @@ class WorkerPresence:
         self.capacity_kbps = capacity_kbps
         self._processed_kbps = processed_kbps
         self.capacity = CapacityEstimator()
+        #: The CPUs this worker may use, reported as a hint from the first report (``cor``):
+        #: configured, else what the CPU source measures against once it has sampled.
+        self.cores = cores
         #: The entry as last built: its CPU samples are the last ones kept (oldest first),
         #: also while they are left out of what is written.
         self.last_entry = WorkerMetrics(worker_id=worker_id, last_update=0, implementation=KCLASYNC)
@@ -123,11 +137,16 @@ class WorkerPresence:
         entry = self.last_entry.reported_at(now)
         if self.capacity_kbps is not None:
             entry = attrs.evolve(entry, capacity_kbps=self.capacity_kbps)
+        if self.cores is not None:
+            entry = attrs.evolve(entry, cores=self.cores)
         if self.cpu is None:
             self.last_entry = entry
             return entry
         sample = await self._cpu_sample()
         entry = entry.with_sample(CPU, sample, maximum=self.max_cpu_percent)
+        cores = self.cores if self.cores is not None else _source_cores(self.cpu)
+        if cores is not None:
+            entry = attrs.evolve(entry, cores=cores)
         if self.capacity_kbps is None and self._processed_kbps is not None and sample >= 0:
             estimate = self.capacity.update(self._processed_kbps(), sample)
             entry = attrs.evolve(entry, capacity_kbps=estimate)

@@ -22,6 +22,7 @@ import attrs
 from kclasync._adapters.cpu_metrics import CpuReader
 from kclasync._core.leases.held_lease import HeldState
 from kclasync._simulation.clock import run_virtual
+from kclasync._simulation.hardware import PER_CORE_KBPS, model_cores
 from kclasync._simulation.harness import Simulation
 from kclasync._simulation.report import SimulationReport
 from kclasync._simulation.settings import SimulationSettings
@@ -43,12 +44,15 @@ class ScenarioShape:
     throughput. ``load_percent``: scale the rates so the starting fleet runs at this mean
     utilisation, the hottest shard at most 80 % of the largest capacity (None: the median shard
     at 20 KB/s). ``hot_percent``: the hottest shard alone at this percent of the smallest
-    capacity (above 100: no small worker can carry it)."""
+    capacity (above 100: no small worker can carry it). ``per_core_kbps``: each worker's CPU
+    source reports CPUs consistent with its capacity at about this KB/s per CPU
+    (``hardware.model_cores``); None: no CPU count is reported."""
 
     capacities: tuple[float, ...] = CAPACITIES
     zipf_s: float = 1.2
     load_percent: float | None = None
     hot_percent: float | None = None
+    per_core_kbps: float | None = PER_CORE_KBPS
 
 
 @attrs.frozen(kw_only=True)
@@ -86,6 +90,11 @@ class _ModelCpu:
         self._scenario = scenario
         self._worker = worker
 
+    @property
+    def cores(self) -> float | None:
+        """The worker's CPUs, as a real source tells the CPUs it measures against."""
+        return self._scenario.cores(self._worker)
+
     async def sample(self) -> float:
         util = self._scenario.utilisation(self._worker)
         return min(100.0, max(0.0, util + self._scenario.noise.gauss(0.0, 1.5)))
@@ -107,6 +116,7 @@ class LoadScenario:
     ) -> None:
         self.sim = sim
         self.shape = shape or ScenarioShape()
+        self.seed = seed
         self.rng = random.Random(seed)
         self.noise = random.Random(seed + 1)
         self.change_every = change_every
@@ -158,6 +168,13 @@ class LoadScenario:
             caps = self.shape.capacities
             self.capacity[worker.name] = caps[len(self.capacity) % len(caps)]
         return self.capacity[worker.name]
+
+    def cores(self, worker: SimWorker) -> float | None:
+        per_core = self.shape.per_core_kbps
+        if per_core is None:
+            return None
+        return model_cores(self._capacity(worker), seed=self.seed, worker=worker.name,
+                           per_core_kbps=per_core)  # fmt: skip
 
     def processed_kbps(self, worker: SimWorker) -> float:
         """What the worker processes: its active leases and those it is handing away (the old

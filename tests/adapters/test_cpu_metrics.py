@@ -41,7 +41,9 @@ async def test_cgroup_v2_reader_reads_deltas_against_the_passed_clock(tmp_path: 
     put(tmp_path, "cpu.max", "cgroup_v2_cpu.max")
     clock = Clock(1000.0)
     reader = CgroupV2Reader(tmp_path, clock, host_cpus=8)
+    assert reader.cores is None  # told once it has read the group's limit
     assert await reader.sample() == 0.0
+    assert reader.cores == 1.5  # the quota: 150000 / 100000
     put(tmp_path, "cpu.stat", "cgroup_v2_cpu.stat.1")
     clock.now += 10.0
     assert await reader.sample() == pytest.approx(60.0)
@@ -49,6 +51,7 @@ async def test_cgroup_v2_reader_reads_deltas_against_the_passed_clock(tmp_path: 
     (tmp_path / "cpu.max").unlink()
     clock.now += 10.0
     assert await reader.sample() == 0.0
+    assert reader.cores == 8.0
 
 
 async def test_cgroup_v1_reader_unlimited_quota(tmp_path: Path) -> None:
@@ -58,6 +61,7 @@ async def test_cgroup_v1_reader_unlimited_quota(tmp_path: Path) -> None:
     clock = Clock(5.0)
     reader = CgroupV1Reader(tmp_path, clock, host_cpus=8)
     assert await reader.sample() == 0.0
+    assert reader.cores == 8.0  # no quota: every host CPU
     put(tmp_path, "cpuacct.usage", "cgroup_v1_cpuacct.usage.1")
     clock.now += 5.0
     assert await reader.sample() == pytest.approx(12.5)
@@ -65,7 +69,8 @@ async def test_cgroup_v1_reader_unlimited_quota(tmp_path: Path) -> None:
 
 async def test_proc_stat_reader(tmp_path: Path) -> None:
     put(tmp_path, "stat", "proc_stat.0")
-    reader = ProcStatReader(tmp_path / "stat")
+    reader = ProcStatReader(tmp_path / "stat", host_cpus=4)
+    assert reader.cores == 4.0  # the host's, known from the start
     assert await reader.sample() == 0.0
     put(tmp_path, "stat", "proc_stat.1")
     assert await reader.sample() == pytest.approx(60.0)
@@ -117,6 +122,7 @@ async def test_ecs_reader_against_a_local_metadata_endpoint(
     assert isinstance(reader, EcsTaskReader)
     try:
         assert await reader.sample() == 0.0
+        assert reader.cores == 2.0  # the task's Limits.CPU
         assert await reader.sample() == pytest.approx(75.0)
         assert await reader.sample() == 0.0  # same counters again
     finally:

@@ -71,7 +71,10 @@ async def test_lock_and_registry_shared_with_the_java_leader(
         real = detect_cpu_reader(asyncio.get_running_loop().time)
         assert real is not None, "no CPU source on this machine"
         await real.close()
-        presence = WorkerPresence(registry, "py-1", wall_clock=time.time, worker_timeout=5.0)
+        # With its CPU count (kclasync's extra ``cor``), which the Java leader must ignore.
+        presence = WorkerPresence(
+            registry, "py-1", wall_clock=time.time, worker_timeout=5.0, cores=4.0
+        )
 
         async def report_forever() -> None:
             while True:
@@ -111,7 +114,7 @@ async def test_lock_and_registry_shared_with_the_java_leader(
             (entry,) = [e for e in (await registry.list_workers()).entries if e.worker_id == "py-1"]
             assert presence.reporting_cpu is False
             assert "C" not in entry.metric_stats and "C" not in entry.operating_range, entry
-            assert entry.implementation == "kclasync"
+            assert entry.implementation == "kclasync" and entry.cores == 4.0
             assert java.log_lines(r"java-1 is new leader")
             java.stop()
             assert await locks.get_lock("Leader") is None  # deleted on a graceful stop

@@ -34,12 +34,15 @@ async def registry_contract(registry: WorkerRegistry) -> None:
     assert sorted(listed.entries, key=lambda e: e.worker_id) == [a2, wm.WorkerMetrics("b", 1001)]
     assert listed.corrupt == ()
     # The capacity (kclasync's extra ``cap`` attribute) is written, and dropped once unknown.
-    await registry.report(attrs.evolve(wm.WorkerMetrics("c", 1002), capacity_kbps=1500.0))
+    # So is the CPU count (``cor``).
+    await registry.report(
+        attrs.evolve(wm.WorkerMetrics("c", 1002), capacity_kbps=1500.0, cores=2.5)
+    )
     entries = {e.worker_id: e for e in (await registry.list_workers()).entries}
-    assert entries["c"].capacity_kbps == 1500.0
+    assert entries["c"].capacity_kbps == 1500.0 and entries["c"].cores == 2.5
     await registry.report(wm.WorkerMetrics("c", 1003))
     entries = {e.worker_id: e for e in (await registry.list_workers()).entries}
-    assert entries["c"].capacity_kbps is None
+    assert entries["c"].capacity_kbps is None and entries["c"].cores is None
     await registry.remove("c")
     await registry.remove("a")
     await registry.remove("a")  # already gone: fine

@@ -68,6 +68,42 @@ async def test_the_entry_carries_lut_cpu_samples_and_the_operating_range() -> No
     assert registry.items == {} and cpu.closed
 
 
+class CountingCpu(FakeCpu):
+    """A source that, like the real ones, tells the CPUs it measures against once sampled."""
+
+    def __init__(self, values: Sequence[float | Exception], cores: float) -> None:
+        super().__init__(values)
+        self._cores = cores
+        self.cores: float | None = None
+
+    async def sample(self) -> float:
+        self.cores = self._cores
+        return await super().sample()
+
+
+async def test_the_entry_carries_the_cpus_from_the_first_report() -> None:
+    registry = MemoryWorkerMetrics()
+    wall = [1_700_000_000.0]
+    # The CPU source's count, from the first report on (before any capacity estimate).
+    presence = WorkerPresence(
+        registry, "w", wall_clock=lambda: wall[0], worker_timeout=5, cpu=CountingCpu([3.0], 2.5)
+    )
+    await presence.report()
+    entry = wi.decode_item(registry.items["w"])
+    assert entry.cores == 2.5 and entry.capacity_kbps is None
+    # A configured count wins; a source that tells none (or no source) reports none.
+    configured = WorkerPresence(
+        registry, "c", wall_clock=lambda: wall[0], worker_timeout=5, cpu=CountingCpu([3.0], 64),
+        cores=4.0,
+    )  # fmt: skip
+    await configured.report()
+    assert wi.decode_item(registry.items["c"]).cores == 4.0
+    silent = WorkerPresence(registry, "s", wall_clock=lambda: wall[0], worker_timeout=5,
+                            cpu=FakeCpu([3.0]))  # fmt: skip
+    await silent.report()
+    assert wi.decode_item(registry.items["s"]).cores is None
+
+
 async def test_no_cpu_source_means_no_cpu_metric_and_corrupt_entries_are_counted() -> None:
     registry = MemoryWorkerMetrics()
     counted: list[int] = []

@@ -1,7 +1,7 @@
 """A bounded sweep of the load scenario over fleet shapes (the full one is
 benchmarks/assignment_shapes.py), judged against the best possible assignment: after every
 change the `load` policy gets within 1.10x of the optimum's max/mean, mostly within 3 runs,
-moves about as few leases as needed (within 1.3x the fewest summed, and at most one change
+moves about as few leases as needed (within 1.2x the fewest summed, and at most one change
 above 1.5x its fewest), and is never worse than `kcl3`."""
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def test_load_gets_near_the_optimum_after_every_change(cls: str, seed: int) -> N
         assert v.x_final <= SETTLE_FACTOR, (shape.label(), v)
     fast = [v for v in load.verdicts if v.runs is not None and v.runs <= 3]
     assert len(fast) >= len(load.verdicts) - 1, (shape.label(), load.verdicts)
-    # Moves: summed over the run within 1.3x the fewest, and at most one change moving more
+    # Moves: summed over the run within 1.2x the fewest, and at most one change moving more
     # than 1.5x its fewest (+1 lease: a change whose fewest is 0 has no ratio).
-    assert sum(v.moved for v in load.verdicts) <= 1.3 * sum(v.fewest for v in load.verdicts)
+    assert sum(v.moved for v in load.verdicts) <= 1.2 * sum(v.fewest for v in load.verdicts)
     costly = [v for v in load.verdicts if v.moved > 1.5 * v.fewest + 1]
     assert len(costly) <= 1, (shape.label(), costly)
     mean_load = statistics.fmean(v.x_final for v in load.verdicts)

@@ -63,7 +63,7 @@ def worker_loads(
     """One ``WorkerLoad`` per live worker, sorted by id. CPU is the latest sample of the
     ``C`` metric (None without one, or when it failed: -1), the operating range its ``opr``
     maximum (100 without one); the capacity (KB/s at 100 % CPU) the worker reported in its
-    entry, unless ``capacities`` gives one."""
+    entry, unless ``capacities`` gives one; the CPUs it may use as its entry says (``cor``)."""
     out: list[WorkerLoad] = []
     for wid in sorted(set(live_ids)):
         entry = metrics.get(wid)
@@ -79,7 +79,15 @@ def worker_loads(
         cap = (capacities or {}).get(wid)
         if cap is None and entry is not None:
             cap = entry.capacity_kbps
-        out.append(WorkerLoad(wid, cpu_percent=cpu, max_cpu_percent=limit, capacity_kbps=cap))
+        out.append(
+            WorkerLoad(
+                wid,
+                cpu_percent=cpu,
+                max_cpu_percent=limit,
+                capacity_kbps=cap,
+                cores=entry.cores if entry is not None else None,
+            )
+        )
     return tuple(out)
 
 

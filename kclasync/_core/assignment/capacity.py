@@ -7,7 +7,9 @@ slowly), its standard error, and the reported value, which moves only when the e
 moved away from it by more than the estimate's own uncertainty (and a small dead band). The
 leader plans on reported capacities; a value that twitches with every noisy CPU sample would
 make it re-plan a balanced fleet, and a value stuck at an early, rough estimate leaves the
-fleet unbalanced.
+fleet unbalanced. And ``capacity_from_cores``: the leader's guess of a worker's capacity before
+it has reported one, from the CPUs it may use (its ``cor`` hint) and the fleet's known capacity
+per CPU.
 
 Must not: read clocks, CPU or tables, or draw randomness.
 """
@@ -15,10 +17,34 @@ Must not: read clocks, CPU or tables, or draw randomness.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import attrs
 
-__all__ = ["CapacityEstimator"]
+__all__ = ["CapacityEstimator", "capacity_from_cores"]
+
+
+def capacity_from_cores(
+    cores: float | None, known: Iterable[tuple[float | None, float | None]]
+) -> float | None:
+    """A worker's capacity guessed from its ``cores`` (the CPUs it may use) and ``known``
+    (capacity, cores) pairs of the fleet's other workers: the fleet's known capacity per core
+    (summed capacities over summed cores, of the workers that report both) times its cores.
+    None when the worker gives no core count or no worker reports both: the caller then keeps
+    its own guess. Capacity per core is the same on every worker only when the hardware is;
+    the guess is a prior, replaced by the worker's own estimate as soon as it reports one."""
+    if cores is None or not math.isfinite(cores) or cores <= 0:
+        return None
+    capacity = cores_total = 0.0
+    for cap, n in known:
+        if cap is None or n is None or not (math.isfinite(cap) and math.isfinite(n)):
+            continue
+        if cap > 0 and n > 0:
+            capacity += cap
+            cores_total += n
+    if cores_total <= 0:
+        return None
+    return cores * capacity / cores_total
 
 
 @attrs.define

@@ -17,6 +17,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kclasync._core.assignment.capacity import capacity_from_cores
+
 __all__ = [
     "FleetSnapshot",
     "LeaseLoad",
@@ -130,13 +132,15 @@ class LeaseLoad:
 @dataclass(frozen=True, slots=True)
 class WorkerLoad:
     """One live worker: its CPU utilisation in percent (None without a CPU metric), the
-    operating range (the most CPU it should run at) and, when known, its capacity in KB/s
-    processed at 100 % CPU."""
+    operating range (the most CPU it should run at), when known its capacity in KB/s
+    processed at 100 % CPU, and the CPUs it may use (a hint, to price it before its capacity
+    is known)."""
 
     worker_id: str
     cpu_percent: float | None = None
     max_cpu_percent: float = 100.0
     capacity_kbps: float | None = None
+    cores: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,12 +206,13 @@ class LoadModel:
     CPU mode (every worker reports CPU): load is CPU percent; a lease costs its throughput times
     the worker's percent per KB/s, from its capacity if known (then the load itself is predicted
     from the leases it owns), else from its observed CPU over its assigned throughput (unless
-    other workers have capacities and that CPU is below ``CAPACITY_MIN_CPU_PERCENT``), else the
-    fleet's (the mean known capacity, else CPU over throughput summed over the fleet). Leases
-    still in handoff are counted at their new owner and taken off the old one. Throughput mode
-    (some worker has no CPU metric, or no worker has both CPU and throughput yet, e.g. at
-    start-up): load is assigned throughput divided by capacity (relative units when capacities
-    are unknown).
+    other workers have capacities and that CPU is below ``CAPACITY_MIN_CPU_PERCENT``), else a
+    guess: the fleet's known capacity per CPU times the CPUs it reports (``WorkerLoad.cores``),
+    else the fleet's (the mean known capacity, else CPU over throughput summed over the fleet).
+    Leases still in handoff are counted at their new owner and taken off the old one.
+    Throughput mode (some worker has no CPU metric, or no worker has both CPU and throughput
+    yet, e.g. at start-up): load is assigned throughput divided by capacity (relative units
+    when capacities are unknown).
     """
 
     def __init__(self, snapshot: FleetSnapshot, throughputs: Mapping[str, float]) -> None:
@@ -253,6 +258,7 @@ class LoadModel:
             # while that CPU is below what a capacity estimate needs, it is mostly noise (1.9 %
             # for 101 KB/s reads a 3000 KB/s worker as 5300) and the fleet's average is closer.
             floor = CAPACITY_MIN_CPU_PERCENT if known else 0.0
+            per_core = [(w.capacity_kbps, w.cores) for w in snapshot.workers]
             for w in snapshot.workers:
                 cpu = w.cpu_percent or 0.0
                 if w.capacity_kbps:
@@ -260,7 +266,11 @@ class LoadModel:
                 elif running[w.worker_id] >= MIN_PRICED_KBPS and cpu > 0 and cpu >= floor:
                     self.rate[w.worker_id] = cpu / running[w.worker_id]
                 else:
-                    self.rate[w.worker_id] = fleet_rate
+                    # The guess: from the CPUs it may use and the fleet's capacity per CPU
+                    # when both are known (a 2-CPU newcomer beside 8-CPU workers is not the
+                    # fleet's average), else the fleet's average.
+                    hinted = capacity_from_cores(w.cores, per_core)
+                    self.rate[w.worker_id] = 100.0 / hinted if hinted else fleet_rate
                     self.guessed.add(w.worker_id)
             # A worker with a capacity: its CPU calibrated the capacity, and its load is predicted
             # from the leases it now owns (current throughput, handoffs at the new owner, no lag

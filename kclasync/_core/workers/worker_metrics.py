@@ -74,6 +74,10 @@ class WorkerMetrics:
     support_last_update: int | None = None
     #: kclasync's extra attribute: KB/s this worker could process at 100 % CPU (None: unknown).
     capacity_kbps: float | None = None
+    #: kclasync's extra attribute: the CPUs this worker may use (its cgroup or ECS limit, its
+    #: affinity mask, or a configured value); a hint to price a worker that has no capacity
+    #: yet (None: unknown).
+    cores: float | None = None
     #: ``"kclasync"`` on a kclasync worker's entry; None on the Java KCL's.
     implementation: str | None = None
     #: kclasync's heartbeat (``hb``): changes with every write; only compared for change.

@@ -17,6 +17,8 @@ The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against th
 ``sup``   N     (later 3.x) support code for breaking features; read and kept, never needed
 ``slu``   N     (later 3.x) when ``sup`` was last written, epoch seconds
 ``cap``   N     kclasync only: the worker's capacity, KB/s it could process at 100 % CPU
+``cor``   N     kclasync only: the CPUs the worker may use, from its first report (a hint
+                that prices a newcomer before its capacity is known)
 ``impl``  S     kclasync only: ``"kclasync"``. The KCL's reader maps known attributes and
                 ignores the rest; kclasync uses it to tell its own entries from Java ones
 ``hb``    N     kclasync only: the heartbeat, a value that changes with every write (the
@@ -28,10 +30,10 @@ The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against th
 ``mv``    N     kclasync only, the leader's entry: moves when an entry joined or left
 ========  ====  ===========================================================================
 
-``cap`` is an extra top-level attribute: the KCL 3.x maps the item onto its own bean and ignores
-attributes it does not know, so a Java leader reads the entry as before (``sts`` and ``opr``
-stay exactly the KCL's). A value that is not a positive finite number reads as no capacity
-rather than making the whole entry unreadable: it is advisory.
+``cap`` and ``cor`` are extra top-level attributes: the KCL 3.x maps the item onto its own
+bean and ignores attributes it does not know, so a Java leader reads the entry as before (``sts``
+and ``opr`` stay exactly the KCL's). A value that is not a positive finite number reads as
+unknown rather than making the whole entry unreadable: both are advisory.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ OPERATING_RANGE = "opr"
 SUPPORT_CODE = "sup"
 SUPPORT_LAST_UPDATE = "slu"
 CAPACITY = "cap"
+CORES = "cor"
 IMPLEMENTATION = "impl"
 HEARTBEAT = "hb"
 HEARTBEAT_INTERVAL = "hbi"
@@ -61,7 +64,7 @@ SILENT = "sil"
 MEMBERS = "mv"
 #: kclasync's attributes that a report sets when it has them and removes otherwise (a value
 #: from an earlier report, or an earlier leadership, no longer holds).
-REPLACED_OR_REMOVED = (CAPACITY, HEARTBEAT, HEARTBEAT_INTERVAL, SILENT, MEMBERS)
+REPLACED_OR_REMOVED = (CAPACITY, CORES, HEARTBEAT, HEARTBEAT_INTERVAL, SILENT, MEMBERS)
 
 Item = dict[str, Any]
 
@@ -98,6 +101,8 @@ def encode_item(metrics: WorkerMetrics) -> Item:
         item[SUPPORT_LAST_UPDATE] = {"N": str(metrics.support_last_update)}
     if metrics.capacity_kbps is not None:
         item[CAPACITY] = {"N": _num(metrics.capacity_kbps)}
+    if metrics.cores is not None:
+        item[CORES] = {"N": _num(metrics.cores)}
     if metrics.implementation is not None:
         item[IMPLEMENTATION] = {"S": metrics.implementation}
     if metrics.heartbeat is not None and metrics.heartbeat_interval is not None:
@@ -133,9 +138,9 @@ def _heartbeat(item: Item) -> tuple[int | None, float | None]:
     return beat, period
 
 
-def _capacity(item: Item) -> float | None:
-    """The advisory ``cap`` attribute: a positive finite number, else None."""
-    attr = item.get(CAPACITY)
+def _capacity(item: Item, name: str = CAPACITY) -> float | None:
+    """An advisory number (``cap``, ``cor``): a positive finite number, else None."""
+    attr = item.get(name)
     if not isinstance(attr, dict):
         return None
     try:
@@ -215,6 +220,7 @@ def decode_item(item: Item) -> WorkerMetrics:
         support_code=None if support is None else int(support),
         support_last_update=None if support_at is None else int(support_at),
         capacity_kbps=_capacity(item),
+        cores=_capacity(item, CORES),
         implementation=implementation if isinstance(implementation, str) else None,
         heartbeat=beat,
         heartbeat_interval=period,
