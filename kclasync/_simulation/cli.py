@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     if args.load_scenario is not None:
-        from kclasync._simulation.load_scenario import compare_policies, format_comparison
+        from kclasync._simulation.load_scenario import compare_policies
+        from kclasync._simulation.load_table import format_comparison
 
         results = compare_policies(
             workers=args.workers,

@@ -5,7 +5,8 @@ compares them."""
 from __future__ import annotations
 
 from kclasync._simulation import format_report
-from kclasync._simulation.load_scenario import compare_policies, format_comparison
+from kclasync._simulation.load_scenario import compare_policies
+from kclasync._simulation.load_table import format_comparison
 
 
 def test_small_load_scenario_keeps_the_invariants_for_every_policy() -> None:
