@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, ItemsView, Iterator, Mapping, ValuesView
 from typing import Literal, NamedTuple, Protocol
 
 from kclasync._adapters.protocols import LeaseStore
@@ -119,6 +119,17 @@ class HeldLeases(Mapping[str, HeldLease]):
 
     def __len__(self) -> int:
         return len(self._held)
+
+    # The dict's own lookups and views: the renewer asks them for every held lease at every
+    # wake-up, and ``Mapping``'s defaults go through ``__getitem__`` and a caught KeyError.
+    def __contains__(self, key: object) -> bool:
+        return key in self._held
+
+    def items(self) -> ItemsView[str, HeldLease]:
+        return self._held.items()
+
+    def values(self) -> ValuesView[HeldLease]:
+        return self._held.values()
 
     def lock(self, held: HeldLease) -> asyncio.Lock:
         """The lock every write of ``held`` is made under."""

@@ -192,8 +192,7 @@ class LeaseRenewals:
                 started = now()
                 for key in [k for k in schedule if k not in self.held]:
                     del schedule[key]
-                for key in self.held:
-                    held = self.held[key]
+                for key, held in self.held.items():
                     entry = schedule.get(key)
                     if entry is None or entry[0] is not held:
                         first = first_renewal_due(key, started, self.interval)
