@@ -31,7 +31,7 @@ EARLY_FOLDERS = ("simulation",)
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (``--dist loadgroup``)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The JVM tests are one xdist group, and come first: they are the longest share of the
-    suite on one worker (about 7 minutes), so they start while the other workers take the rest.
+    suite on one worker (about 17 minutes), so they start while the other workers take the rest.
     The simulation's long CPU-bound runs (sweeps, soak) come next, so they do not end last."""
     tests = ROOT / "tests"
     jvm: list[pytest.Item] = []
