@@ -131,14 +131,15 @@ def projected_month(family: str, workers: int, leases: int) -> float:
 
     ``family``: ``early`` (kcl2 or balanced with ``early_failover``), ``noef`` (the same
     without), ``leader`` (kcl3 or load). The rates: renewals 1,088 per lease-hour; ``early``:
-    a registry write every 0.5 s per worker, and every 0.25 s a registry scan by the leader and a
-    read of the leader's entry (its silence digest: one read unit) by every other worker, a
-    table scan every 20.05 s per worker; ``noef``: a registry write and read and a table scan per worker every
-    10.025 s / renewal round; ``leader``: the leader scans the table about every 11.5 s, every
-    worker queries the owner index and writes its entry once per renewal round (3.3 s), and
-    about 30 more writes per lease-hour for the leader's moves (measured), and with early
-    failover (the default) the leader scans the registry six times per renewal round (6,529 an
-    hour) to notice a silent worker. Every worker reads the leader lock every 30 s; about 55
+    a registry write every 0.5 s per worker, and every 0.25 s a registry scan by the leader
+    and a read of the leader's entry (its silence digest: one read unit) by every other
+    worker, a table scan every 20.05 s per worker; ``noef``: a registry write and read and a
+    table scan per worker every 10.025 s / renewal round; ``leader``: the leader scans the
+    table about every 11.5 s, every worker queries the owner index and writes its entry once
+    per renewal round (3.3 s), about 30 more writes per lease-hour for the leader's moves
+    (measured), and with early failover (the default) the leader scans the registry six times
+    per renewal round (6,529 an hour) to notice a silent worker. Every worker reads the leader
+    lock every 30 s; about 55
     single-lease reads per lease-hour with early failover.
     """
     w, n = workers, leases
