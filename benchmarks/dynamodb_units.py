@@ -139,8 +139,7 @@ def projected_month(family: str, workers: int, leases: int) -> float:
     per renewal round (3.3 s), about 30 more writes per lease-hour for the leader's moves
     (measured), and with early failover (the default) the leader scans the registry six times
     per renewal round (6,529 an hour) to notice a silent worker. Every worker reads the leader
-    lock every 30 s; about 55
-    single-lease reads per lease-hour with early failover.
+    lock every 30 s; about 55 single-lease reads per lease-hour with early failover.
     """
     w, n = workers, leases
     scan = read_units(n, LEASE_BYTES, consistent=True)
