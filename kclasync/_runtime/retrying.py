@@ -4,8 +4,10 @@ Owns: ``Retrier`` (runs one call under the policy of its operation class: bounde
 exponential backoff with full jitter for ``ThrottledError`` and ``TransientError``, waits in
 event-loop time, jitter from the worker's seeded ``random.Random``), and the wrapped lease
 store, coordinator-state store, stream client and worker registry that ``worker.py`` builds
-around the adapters and hands to every runtime part. ``through_retrier()`` tells an adapter
-whether the current call came through a wrapper (the tests check that every call does).
+around the adapters and hands to every runtime part; and ``worker_retrier``, a worker's
+``Retrier`` from its configuration, each retry counted in its metrics. ``through_retrier()``
+tells an adapter whether the current call came through a wrapper (the tests check that every
+call does).
 Must not: decide budgets or delays (``kclasync._core.retry_policy``), or catch anything but
 throttling and transient errors: a call that fails after its budget raises its last error to
 the caller, which degrades as documented.
@@ -30,16 +32,25 @@ from kclasync._adapters.protocols import (
     StreamClient,
 )
 from kclasync._adapters.worker_registry import WorkerRegistry
+from kclasync._config import ConsumerConfig
 from kclasync._core.leases.client_version import MigrationState
 from kclasync._core.leases.leader_lock import LockItem
 from kclasync._core.leases.lease import Lease
 from kclasync._core.leases.position import Checkpoint
 from kclasync._core.lineage.shard import Shard
 from kclasync._core.lineage.streams import StreamIdentity
-from kclasync._core.retry_policy import OP_CLASS, OpClass, RetryPolicy, give_up, next_delay
+from kclasync._core.retry_policy import (
+    OP_CLASS,
+    OpClass,
+    RetryPolicy,
+    give_up,
+    next_delay,
+    policy_table,
+)
 from kclasync._core.workers.worker_metrics import WorkerMetrics
 from kclasync._core.workers.worker_metrics_item import DecodedEntries
-from kclasync.errors import ThrottledError, TransientError
+from kclasync._runtime.metrics import ConsumerMetrics
+from kclasync.errors import ThrottledError, TransientError, error_code
 
 log = logging.getLogger("kclasync.retry")
 
@@ -101,6 +112,34 @@ class Retrier:
             finally:
                 _THROUGH.reset(token)
             await asyncio.sleep(delay)
+
+
+#: The operation classes whose calls go to Kinesis (the rest go to DynamoDB).
+_KINESIS_CLASSES = (OpClass.STREAM_META, OpClass.READ_RECORDS)
+
+
+def worker_retrier(
+    config: ConsumerConfig,
+    metrics: ConsumerMetrics,
+    labels: tuple[str, str],
+    rng: random.Random,
+) -> Retrier:
+    """A worker's ``Retrier``: the policy table of its configuration, jitter from its seeded
+    generator, and every retry counted under ``labels`` (application, worker id)."""
+    policies = policy_table(
+        failover_time=config.failover_time,
+        renewer_interval=config.renewer_interval,
+        throttle_backoff=config.throttle_backoff,
+        max_backoff=config.max_backoff,
+        leader_heartbeat_interval=config.leader_heartbeat_interval,
+    )
+    retries = metrics.retries
+
+    def on_retry(op: str, exc: BaseException) -> None:
+        service = "kinesis" if OP_CLASS[op] in _KINESIS_CLASSES else "dynamodb"
+        retries.labels(*labels, "kclasync", service, op, error_code(exc)).inc()
+
+    return Retrier(policies, rng, on_retry)
 
 
 class RetryingLeaseStore:
@@ -280,4 +319,5 @@ __all__ = [
     "RetryingStreamClient",
     "RetryingWorkerRegistry",
     "through_retrier",
+    "worker_retrier",
 ]

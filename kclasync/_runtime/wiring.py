@@ -28,7 +28,6 @@ from kclasync._core.assignment.load_balancer import BalancerSettings
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.held_lease import HeldLease
 from kclasync._core.records.fanout_session import ResubscribePolicy
-from kclasync._core.retry_policy import OP_CLASS, OpClass, policy_table
 from kclasync._runtime.assignment import assignment_tasks
 from kclasync._runtime.early_failover import EarlyFailover
 from kclasync._runtime.fanout_streams import FanOutConsumers
@@ -43,49 +42,24 @@ from kclasync._runtime.lease_renewals import LeaseRenewals
 from kclasync._runtime.lease_taking import LeaseTaking
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.retrying import (
-    Retrier,
     RetryingCoordinatorState,
     RetryingLeaseStore,
     RetryingStreamClient,
     RetryingWorkerRegistry,
+    worker_retrier,
 )
 from kclasync._runtime.shard_supervisor import ShardSupervisor
 from kclasync._runtime.shard_sync import ShardSync
 from kclasync._runtime.worker import Worker, WorkerParts, WorkerSpec, WorkerStop
 from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync._runtime.worker_startup import WorkerStartup
-from kclasync.errors import ConfigError, error_code
+from kclasync.errors import ConfigError
 
 __all__ = [
     "build_worker",
     "lease_coordinator",
-    "retrier_for",
     "shard_sync_for",
 ]
-
-
-def retrier_for(spec: WorkerSpec) -> Retrier:
-    """The retry policy table of a worker, with jitter from its seeded generator."""
-    cfg = spec.config
-    policies = policy_table(
-        failover_time=cfg.failover_time,
-        renewer_interval=cfg.renewer_interval,
-        throttle_backoff=cfg.throttle_backoff,
-        max_backoff=cfg.max_backoff,
-        leader_heartbeat_interval=cfg.leader_heartbeat_interval,
-    )
-    retries = spec.metrics.retries
-
-    def on_retry(op: str, exc: BaseException) -> None:
-        service = "kinesis" if OP_CLASS[op] in _KINESIS_CLASSES else "dynamodb"
-        retries.labels(
-            spec.application, spec.worker_id, "kclasync", service, op, error_code(exc)
-        ).inc()
-
-    return Retrier(policies, spec.rng, on_retry)
-
-
-_KINESIS_CLASSES = (OpClass.STREAM_META, OpClass.READ_RECORDS)
 
 
 def shard_sync_for(
@@ -101,7 +75,9 @@ def shard_sync_for(
         return asyncio.get_running_loop().time()
 
     if not isinstance(store, RetryingLeaseStore):  # a one-off sync outside a worker
-        retrier = retrier_for(spec)
+        retrier = worker_retrier(
+            spec.config, spec.metrics, (spec.application, spec.worker_id), spec.rng
+        )
         store = RetryingLeaseStore(store, retrier)
         client = RetryingStreamClient(client, retrier)
 
@@ -264,7 +240,9 @@ def build_worker(
     taker_wake = asyncio.Event()
     wake_taker = taker_wake.set
     # Every adapter call of every part goes through the one retry policy table.
-    retrier = retrier_for(spec)
+    retrier = worker_retrier(
+        spec.config, spec.metrics, (spec.application, spec.worker_id), spec.rng
+    )
     store = RetryingLeaseStore(adapters.store, retrier)
     stream_client = RetryingStreamClient(adapters.stream_client, retrier)
     locks = RetryingCoordinatorState(adapters.locks, retrier)
