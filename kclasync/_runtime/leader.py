@@ -1,7 +1,11 @@
 """Leader election through the heartbeat lock item in the coordinator-state table.
 
 Owns: the loop that reads the lock, asks ``core.leader_lock`` what to do, and applies it (create,
-take over, heartbeat), and releasing the lock on a graceful stop. The ``Consumer`` runs the
+take over, heartbeat), and releasing the lock on a graceful stop. The term written and the pace
+of reads and writes come from ``core.lock_term``: the leader's failover watch tells the elector
+whether the registry shows a worker of another implementation (``observe_fleet``); in a
+kclasync-only fleet the lock lasts one failover time and is written and read four times as
+often, else the configured term (the Java KCL's 120 s, read every 30 s). The ``Consumer`` runs the
 leader-only duties (periodic shard sync, the hash-range auditor, finished-lease cleanup) while
 ``is_leader()`` holds.
 Must not: read any clock but the event loop's; decide expiry itself.
@@ -17,6 +21,7 @@ from collections.abc import Callable
 
 from kclasync._adapters.protocols import CoordinatorStateStore
 from kclasync._core.leases.leader_lock import LEADER_LOCK_KEY, LeaderLockState, LockAction
+from kclasync._core.leases.lock_term import LockTerm, lock_interval, lock_term
 from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync.leader")
@@ -29,7 +34,9 @@ class LeaderElector:
     A worker that holds the lock leads while its last successful write was sent less than
     ``lock_duration`` ago; another worker takes the lock over once it has seen the same record
     version for ``lock_duration`` on its own clock, so a dead leader is replaced within about
-    ``lock_duration + heartbeat_interval``.
+    ``lock_duration + heartbeat_interval``. With ``failover_time`` given and a kclasync-only
+    fleet reported (``observe_fleet(False)``) the leader writes the short term of
+    ``core.lock_term`` instead, and every worker reads at the pace of the item it last saw.
     """
 
     def __init__(
@@ -42,6 +49,7 @@ class LeaderElector:
         rng: random.Random,
         clock: Callable[[], float] | None = None,
         key: str = LEADER_LOCK_KEY,
+        failover_time: float | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -54,6 +62,12 @@ class LeaderElector:
         #: Times this worker became leader.
         self.terms = 0
         self._wakers: list[asyncio.Event] = []
+        self.failover_time = failover_time
+        #: Whether the leader's last read of the registry showed a worker of another
+        #: implementation (None: not read in this term).
+        self._others: bool | None = None
+        #: Set when the term to write changed: the holder writes at once.
+        self._rewrite = asyncio.Event()
 
     def now(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
@@ -74,6 +88,28 @@ class LeaderElector:
         self._wakers.append(event)
         return event
 
+    def term(self) -> LockTerm:
+        """The term this worker writes when it writes the lock now."""
+        return lock_term(
+            configured_duration=self.lock_duration,
+            configured_interval=self.heartbeat_interval,
+            failover_time=self.failover_time,
+            others_present=self._others,
+        )
+
+    def interval(self) -> float:
+        """Seconds until the next read: the pace of the item held, or last seen."""
+        duration = self.state.held_duration or self.state.seen_duration or self.lock_duration
+        return lock_interval(self.heartbeat_interval, duration)
+
+    def observe_fleet(self, others_present: bool | None) -> None:
+        """The leader's failover watch read the registry (None: this worker stopped watching).
+        When the term to write changes while this worker holds the lock, it writes at once."""
+        self._others = others_present
+        held = self.state.held_duration
+        if held is not None and held != self.term().duration:
+            self._rewrite.set()
+
     def _new_version(self) -> str:
         return f"{self._rng.getrandbits(128):032x}"
 
@@ -85,9 +121,10 @@ class LeaderElector:
         self.state.observe(item, now)
         decision = self.state.decide(item, now)
         sent = self.now()
+        duration = self.term().duration
         if decision.action is LockAction.CREATE:
             written = await self.store.create_lock(
-                self.key, self.worker_id, self.lock_duration, self._new_version()
+                self.key, self.worker_id, duration, self._new_version()
             )
         elif decision.action in (LockAction.TAKE, LockAction.HEARTBEAT):
             assert decision.expected_version is not None
@@ -95,7 +132,7 @@ class LeaderElector:
                 self.key,
                 decision.expected_version,
                 self.worker_id,
-                self.lock_duration,
+                duration,
                 self._new_version(),
             )
         else:
@@ -120,7 +157,11 @@ class LeaderElector:
                 await self.step()
             except AdapterError as exc:
                 log.info("leader lock round failed (%s); will retry", exc)
-            await asyncio.sleep(max(0.0, self.heartbeat_interval - (self.now() - started)))
+            delay = max(0.0, self.interval() - (self.now() - started))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can lose a cancel
+                    await self._rewrite.wait()
+            self._rewrite.clear()
 
     async def release(self) -> None:
         """Give the lock up (graceful stop) so another worker leads at once."""

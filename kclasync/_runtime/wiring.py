@@ -276,6 +276,10 @@ def build_worker(
         lock_duration=cfg.leader_lock_duration,
         heartbeat_interval=cfg.leader_heartbeat_interval,
         rng=spec.rng,
+        # The short term of a kclasync-only fleet needs the leader's registry watch.
+        failover_time=cfg.failover_time
+        if cfg.lease_taker.leader_based and cfg.early_failover
+        else None,
         # The loop's clock, bound now: ``is_leader`` (and so ``Consumer.health``) is then
         # readable from any thread, e.g. a web framework's thread pool.
         clock=asyncio.get_running_loop().time,

@@ -78,6 +78,8 @@ class LeaderLockState:
     _seen_version: str | None = attrs.field(default=None, init=False)
     #: The owner named by the lock item last read (None: no item, or a released one).
     seen_owner: str | None = attrs.field(default=None, init=False)
+    #: The lease duration of the lock item last read (None: no item).
+    seen_duration: float | None = attrs.field(default=None, init=False)
     _seen_at: float = attrs.field(default=0.0, init=False)
     _held_version: str | None = attrs.field(default=None, init=False)
     _held_sent_at: float = attrs.field(default=0.0, init=False)
@@ -89,8 +91,10 @@ class LeaderLockState:
             self._seen_version = None
             self._held_version = None
             self.seen_owner = None
+            self.seen_duration = None
             return
         self.seen_owner = None if item.released else item.owner
+        self.seen_duration = item.lease_duration
         if item.record_version != self._seen_version:
             self._seen_version = item.record_version
             self._seen_at = now
@@ -134,6 +138,11 @@ class LeaderLockState:
     @property
     def held_version(self) -> str | None:
         return self._held_version
+
+    @property
+    def held_duration(self) -> float | None:
+        """The lease duration of the item we hold (None: we hold none)."""
+        return self._held_duration if self._held_version is not None else None
 
     def is_leader(self, now: float) -> bool:
         """True while our last successful write was sent less than the lease duration ago."""
