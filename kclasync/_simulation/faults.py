@@ -4,6 +4,9 @@ Fault kinds (``--faults`` takes a comma-separated subset, or ``all``):
 
 ``crash``     a worker's ``run()`` task is cancelled (no release, leases left to expire); a new
               worker (new id, as after a process restart) joins 0.5-2 x failover later.
+``leader``    as ``crash``, but the worker that leads (leader-based takers only: with a
+              worker-side taker nothing, and no draw of the generator); its leases are counted
+              in the failover figures and, apart, in the leader failover ones.
 ``pause``     a worker freezes for 1.5-3 x failover (a GC-like stall): its lease-table and stream
               calls and its processors block, then everything resumes where it was.
 ``stop``      a worker stops gracefully (``stop()``: checkpoint, release) and a new one joins:
@@ -28,11 +31,20 @@ import random
 
 from kclasync._adapters.memory import NO_FAULTS, Latency, OpFaults
 
-ALL_FAULTS = frozenset({"crash", "pause", "stop", "throttle", "errors", "slow", "delay", "reshard"})
-EVENT_FAULTS = ("crash", "pause", "stop", "throttle", "reshard")
+ALL_FAULTS = frozenset(
+    {"crash", "leader", "pause", "stop", "throttle", "errors", "slow", "delay", "reshard"}
+)
+EVENT_FAULTS = ("crash", "leader", "pause", "stop", "throttle", "reshard")
 
 #: Events per hour of each event fault kind at ``fault_rate`` 1.
-RATE_PER_HOUR = {"crash": 6.0, "pause": 6.0, "stop": 6.0, "throttle": 4.0, "reshard": 8.0}
+RATE_PER_HOUR = {
+    "crash": 6.0,
+    "leader": 4.0,
+    "pause": 6.0,
+    "stop": 6.0,
+    "throttle": 4.0,
+    "reshard": 8.0,
+}
 
 #: Longest injected lease-table latency (seconds) under ``delay``.
 MAX_DELAY = 2.0

@@ -132,8 +132,13 @@ class Fleet:
     def crash(self, worker: SimWorker) -> None:
         assert worker.task is not None
         self.events["crashes"] += 1
+        leader = worker.consumer is not None and worker.consumer.is_leader
+        if leader:
+            self.events["leader crashes"] += 1
         worker.alive = False
-        self.host.checker.worker_failed(worker.name, self.owned_by(worker.name), now())
+        self.host.checker.worker_failed(
+            worker.name, self.owned_by(worker.name), now(), leader=leader
+        )
         worker.task.cancel()
         f = self.settings.failover_time
         self.later(self.rng_faults.uniform(0.5, 2.0) * f, self.start_worker)

@@ -36,15 +36,22 @@ class FaultInjector:
         self.stream = stream
         self.events = events
 
-    def _pick(self, *, allow_paused: bool = False) -> SimWorker | None:
+    def _pick(self, *, allow_paused: bool = False, leader: bool = False) -> SimWorker | None:
+        """A live worker to fault (``leader``: the one that leads), or None when a third of the
+        fleet is already in trouble (or, for ``leader``, none leads now)."""
         candidates = [w for w in self.fleet.live_workers() if allow_paused or not w.paused]
         troubled = self.settings.workers - len(candidates)
         if len(candidates) <= 1 or troubled >= max(1, self.settings.workers // 3):
             return None
+        if leader:
+            leading = [w for w in candidates if w.consumer is not None and w.consumer.is_leader]
+            return leading[0] if leading else None
         return self.rng.choice(candidates)
 
     async def inject(self, kind: str) -> None:
         """Inject faults of one kind until cancelled."""
+        if kind == "leader" and not self.settings.leader_based:
+            return  # no leader to crash: the other kinds' draws stay as they were
         rate = RATE_PER_HOUR[kind] * self.settings.fault_rate / 3600.0
         f = self.settings.failover_time
         fleet = self.fleet
@@ -54,6 +61,10 @@ class FaultInjector:
                 await asyncio.sleep(self.rng.expovariate(rate))
                 if kind == "crash":
                     worker = self._pick()
+                    if worker is not None:
+                        fleet.crash(worker)
+                elif kind == "leader":
+                    worker = self._pick(leader=True)
                     if worker is not None:
                         fleet.crash(worker)
                 elif kind == "pause":

@@ -161,9 +161,12 @@ class InvariantChecker:
     def lease_deleted(self, key: str, now: float) -> None:
         self.ownership.lease_deleted(key, now)
 
-    def worker_failed(self, worker: str, keys: list[str], now: float) -> None:
-        """A crash or a pause began: each lease it owned should be taken by another worker."""
-        self.ownership.worker_failed(worker, keys, now)
+    def worker_failed(
+        self, worker: str, keys: list[str], now: float, *, leader: bool = False
+    ) -> None:
+        """A crash or a pause began: each lease it owned should be taken by another worker
+        (``leader``: the worker led when it crashed)."""
+        self.ownership.worker_failed(worker, keys, now, leader=leader)
 
     def worker_back(self, worker: str) -> None:
         """A paused worker resumed: leases it still owns need no failover."""

@@ -57,6 +57,10 @@ class OwnershipLedger:
         #: Failovers: lease key -> (fault time, worker) awaiting a take by another worker.
         self._awaiting_failover: dict[str, tuple[float, str]] = {}
         self.failover_times: list[float] = []
+        #: The leases of workers that led when they crashed, while they await failover ...
+        self._leader_keys: set[str] = set()
+        #: ... and their failover times (also among ``failover_times``).
+        self.leader_failover_times: list[float] = []
 
     def fresh(self, worker: str, key: str) -> float | None:
         """Send time of ``worker``'s last applied write to lease ``key`` (None: never)."""
@@ -125,7 +129,10 @@ class OwnershipLedger:
         waiting = self._awaiting_failover.get(key)
         if waiting is not None and waiting[1] != owner:
             self.failover_times.append(now - waiting[0])
+            if key in self._leader_keys:
+                self.leader_failover_times.append(now - waiting[0])
             del self._awaiting_failover[key]
+            self._leader_keys.discard(key)
         return tenure
 
     def lease_deleted(self, key: str, now: float) -> None:
@@ -135,9 +142,16 @@ class OwnershipLedger:
             current.end_kind = "released"
         self._awaiting_failover.pop(key, None)
 
-    def worker_failed(self, worker: str, keys: list[str], now: float) -> None:
+    def worker_failed(
+        self, worker: str, keys: list[str], now: float, *, leader: bool = False
+    ) -> None:
         """A crash or a pause began: each lease it owned should be taken by another worker."""
         for key in keys:
+            if key not in self._awaiting_failover:
+                if leader:
+                    self._leader_keys.add(key)
+                else:
+                    self._leader_keys.discard(key)
             self._awaiting_failover.setdefault(key, (now, worker))
 
     def worker_back(self, worker: str) -> None:

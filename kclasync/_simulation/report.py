@@ -8,6 +8,7 @@ Owns: ``SimulationReport`` (numbers only, comparable between runs of the same se
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sized
 from typing import Protocol
@@ -96,6 +97,14 @@ class SimulationReport:
     registry_calls: Mapping[str, int] = attrs.field(factory=dict)
     registry_reads_per_lease_hour: float = 0.0
     registry_writes_per_lease_hour: float = 0.0
+    #: The 99th percentile of the failover times (nearest rank), in failover times.
+    failover_p99: float | None = None
+    #: The leases of workers that led when they crashed (the ``leader`` fault, or a ``crash``
+    #: that hit the leader): how many were taken over, and their median, p99 and max.
+    leader_failovers: int = 0
+    leader_failover_median: float | None = None
+    leader_failover_p99: float | None = None
+    leader_failover_max: float | None = None
 
     @property
     def violation_count(self) -> int:
@@ -117,6 +126,8 @@ class SimulationReport:
         violations = Counter(v.kind for v in checker.violations)
         examples = tuple(f"[{v.kind} @ {v.time:.1f}s] {v.detail}" for v in checker.violations[:10])
         median, worst = checker.failover_summary()
+        leader_times = checker.ownership.leader_failover_times
+        leader_median, leader_p99, leader_max = _spread(leader_times, f)
         hours = max(end - start, 1e-9) / 3600.0
         samples = sim.lease_samples or [len(sim.table.leases)]
         mean_leases = max(1.0, sum(samples) / len(samples))
@@ -175,7 +186,21 @@ class SimulationReport:
             registry_writes_per_lease_hour=(registry["report"] + registry["remove"])
             / mean_leases
             / hours,
+            failover_p99=_spread(checker.failover_times, f)[1],
+            leader_failovers=len(leader_times),
+            leader_failover_median=leader_median,
+            leader_failover_p99=leader_p99,
+            leader_failover_max=leader_max,
         )
+
+
+def _spread(times: list[float], unit: float) -> tuple[float | None, float | None, float | None]:
+    """Median, 99th percentile (nearest rank) and max of ``times``, in ``unit``s."""
+    if not times:
+        return None, None, None
+    ordered = sorted(t / unit for t in times)
+    p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+    return statistics.median(ordered), p99, ordered[-1]
 
 
 def _num(value: float | None, unit: str = "") -> str:
@@ -203,6 +228,9 @@ def format_report(report: SimulationReport) -> str:
         f"failover (x failover time): median {_num(r.failover_median)}, "
         f"max {_num(r.failover_max)} over {r.failovers} leases"
         + (f"; {r.failovers_pending} never taken over" if r.failovers_pending else ""),
+        f"  p99 {_num(r.failover_p99)}; of crashed leaders: median "
+        f"{_num(r.leader_failover_median)}, p99 {_num(r.leader_failover_p99)}, "
+        f"max {_num(r.leader_failover_max)} over {r.leader_failovers} leases",
         "rounds to balance after faults stopped: "
         + ("not reached" if r.rounds_to_balance is None else str(r.rounds_to_balance)),
         f"lease table per lease per hour: {r.lease_reads_per_lease_hour:.1f} read calls "
