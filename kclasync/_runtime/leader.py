@@ -36,7 +36,8 @@ class LeaderElector:
     version for ``lock_duration`` on its own clock, so a dead leader is replaced within about
     ``lock_duration + heartbeat_interval``. With ``failover_time`` given and a kclasync-only
     fleet reported (``observe_fleet(False)``) the leader writes the short term of
-    ``core.lock_term`` instead, and every worker reads at the pace of the item it last saw.
+    ``core.lock_term`` instead; with ``failover_time`` given every worker reads at that
+    term's pace (``core.lock_term.lock_interval``).
     """
 
     def __init__(
@@ -100,7 +101,7 @@ class LeaderElector:
     def interval(self) -> float:
         """Seconds until the next read: the pace of the item held, or last seen."""
         duration = self.state.held_duration or self.state.seen_duration or self.lock_duration
-        return lock_interval(self.heartbeat_interval, duration)
+        return lock_interval(self.heartbeat_interval, duration, self.failover_time)
 
     def observe_fleet(self, others_present: bool | None) -> None:
         """The leader's failover watch read the registry (None: this worker stopped watching).

@@ -17,11 +17,12 @@ switch is a write like any other (a new record version), so readers that saw the
 afresh with the new duration. Nothing of the Java side changes: a Java reader waits the duration
 of the item it read (or its own, longer one), never less than the kclasync holder leads.
 
-Cost (W workers, any number of shards): with the short term every worker reads the lock (one
-strongly consistent GetItem) every ``failover / 4`` instead of every ``leader_heartbeat_interval``
-(30 s), and the leader writes it as often: 4 / failover calls per worker per second, 4 W /
-failover for the fleet (W = 100, failover 10 s: 40 reads/s, 20 read units). Independent of the
-shards, and O(W) in total: no worker reads anything per peer.
+Cost (W workers, any number of shards): a worker that may write the short term (a leader-based
+taker with ``early_failover``) reads the lock (one strongly consistent GetItem) every
+``failover / 4`` instead of every ``leader_heartbeat_interval`` (30 s), whatever the term of the
+item, and the leader writes it as often: 4 / failover calls per worker per second, 4 W /
+failover for the fleet (W = 100, failover 10 s: 40 reads/s, 20 read units, and 0.4 writes/s).
+Independent of the shards, and O(W) in total: no worker reads anything per peer.
 
 Owns: ``lock_term`` (the term to write), ``lock_interval`` (how often to write or read the lock
 given the term of the item last seen) and ``other_implementations`` (whether the registry shows
@@ -51,10 +52,17 @@ class LockTerm:
     interval: float
 
 
-def lock_interval(configured_interval: float, duration: float) -> float:
+def lock_interval(
+    configured_interval: float, duration: float, failover_time: float | None = None
+) -> float:
     """How often the lock is written by its holder and read by the others when the item (last
     written, or last read) lasts ``duration``: the configured interval, or a quarter of a term
-    shorter than four of them."""
+    shorter than four of them. A worker that may write the short term (``failover_time``
+    given) keeps that pace whatever the item: a reader that last saw a long item would
+    otherwise notice a switch to the short term only at its next slow read, up to the
+    configured interval (30 s) later."""
+    if failover_time is not None:
+        duration = min(duration, FAST_TERM_FAILOVERS * failover_time)
     return min(configured_interval, duration / WRITES_PER_TERM)
 
 

@@ -1,0 +1,83 @@
+"""The leader lock's term: short in a kclasync-only fleet, the configured (Java) one otherwise,
+and safe across a switch (the holder stops leading before any reader may take over)."""
+
+from __future__ import annotations
+
+from kclasync._core.leases.leader_lock import LeaderLockState, LockAction, LockItem
+from kclasync._core.leases.lock_term import (
+    LockTerm,
+    lock_interval,
+    lock_term,
+    other_implementations,
+)
+from kclasync._core.workers import worker_metrics as wm
+
+F = 10.0
+JAVA = dict(configured_duration=120.0, configured_interval=30.0, failover_time=F)
+
+
+def entry(worker: str, impl: str | None = wm.KCLASYNC) -> wm.WorkerMetrics:
+    return wm.WorkerMetrics(worker_id=worker, last_update=1, implementation=impl)
+
+
+def test_a_kclasync_only_fleet_writes_one_failover_time_four_times_a_term() -> None:
+    assert lock_term(**JAVA, others_present=False) == LockTerm(F, F / 4)
+
+
+def test_another_implementation_or_an_unread_registry_keeps_the_configured_term() -> None:
+    assert lock_term(**JAVA, others_present=True) == LockTerm(120.0, 30.0)
+    assert lock_term(**JAVA, others_present=None) == LockTerm(120.0, 30.0)
+    off = {**JAVA, "failover_time": None}
+    assert lock_term(**off, others_present=False) == LockTerm(120.0, 30.0)  # type: ignore[arg-type]
+
+
+def test_a_configured_term_shorter_than_the_failover_time_is_kept() -> None:
+    term = lock_term(
+        configured_duration=6.0, configured_interval=1.0, failover_time=F, others_present=False
+    )
+    assert term == LockTerm(6.0, 1.0)
+
+
+def test_readers_pace_themselves_on_the_item_they_saw() -> None:
+    assert lock_interval(30.0, 120.0) == 30.0  # a Java leader's item: the KCL's pace
+    assert lock_interval(30.0, F) == F / 4
+    # A worker that may write the short term keeps its pace, even after a long item.
+    assert lock_interval(30.0, 120.0, failover_time=F) == F / 4
+
+
+def test_java_entries_and_unreadable_entries_count_as_other_implementations() -> None:
+    assert not other_implementations([entry("a"), entry("b")])
+    assert other_implementations([entry("a"), entry("java-1", impl=None)])
+    assert other_implementations([entry("a")], unreadable=1)
+    assert not other_implementations([])
+
+
+def test_the_holder_stops_leading_before_a_reader_may_take_a_short_term_over() -> None:
+    """A term switch is a write like any other: the reader starts afresh on the new version,
+    with its duration; the holder leads for that duration from when it sent the write."""
+    holder, reader = LeaderLockState("a"), LeaderLockState("b")
+    long = LockItem("a", "v1", 120.0)
+    holder.written(long, sent_at=0.0)
+    reader.observe(long, 0.2)
+    short = LockItem("a", "v2", F)
+    holder.written(short, sent_at=1.0)  # the registry showed no Java worker
+    reader.observe(short, 1.3)
+    # The holder crashes now. The reader may take over once it saw v2 for longer than F ...
+    for t in (5.0, 11.3):
+        reader.observe(short, t)
+        assert reader.decide(short, t).action is LockAction.WAIT
+    reader.observe(short, 11.4)
+    assert reader.decide(short, 11.4).action is LockAction.TAKE
+    # ... by when the holder had stopped leading (F after it sent v2), whatever it believed.
+    assert holder.is_leader(10.9) and not holder.is_leader(11.0)
+
+
+def test_a_java_worker_appearing_restores_the_long_wait() -> None:
+    reader = LeaderLockState("b")
+    short = LockItem("a", "v1", F)
+    reader.observe(short, 0.0)
+    long = LockItem("a", "v2", 120.0)  # the leader saw a Java entry and rewrote the term
+    reader.observe(long, 2.0)
+    reader.observe(long, 2.0 + 2 * F)
+    assert reader.decide(long, 2.0 + 2 * F).action is LockAction.WAIT
+    assert reader.seen_duration == 120.0
