@@ -12,6 +12,7 @@ from collections import Counter
 import orjson
 import pytest
 
+from kclasync._adapters.coordinator_state import coordinator_table_name
 from kclasync._cli import main
 from kclasync._core.lineage.shard import Shard
 from kclasync.testing.emulators import LocalAws
@@ -187,3 +188,52 @@ async def test_the_leader_moves_load_off_the_hot_shards_worker(
     lightest = min(rows, key=lambda row: int(row[1]))
     assert float(lightest[2]) == max(float(row[2]) for row in rows), out
     print(f"\nhot shard shed after {took:.1f}s\n{out}")
+
+
+async def test_a_crashed_leaders_leases_are_assigned_within_3x_failover(
+    moto: LocalAws, unique_name: str
+) -> None:
+    """Three kclasync workers and the default lock (120 s, read every 30 s): the leader writes
+    the short term of a kclasync-only fleet (one failover time); cancelled without releasing
+    anything, it is replaced and its leases assigned within 3 x failover, not after 120 s."""
+    failover = 10.0  # the KCL's: renewals may run late on a loaded machine
+    config = {**LOAD, "failover_time": failover, "leader_heartbeat_interval": 30.0}
+    loop = asyncio.get_running_loop()
+    async with aws_for(moto, unique_name) as aws:
+        await aws.create_stream(6)
+        tally = Tally()
+        workers = {
+            f"w{i}": aws.consumer(tally.handler(f"w{i}"), worker_id=f"w{i}", **config)
+            for i in (1, 2, 3)
+        }
+        async with running(*workers.values()) as tasks:
+            await wait_until(
+                lambda: all(c.held_leases for c in workers.values()), 60, "a lease on each"
+            )
+            await wait_until(lambda: no_handoffs(aws), 30, "every handoff to finish")
+            leader = next(name for name, c in workers.items() if c.is_leader)
+            held = (await owners(aws))[leader]
+            assert held > 0
+            lock = await aws.dynamodb.get_item(
+                TableName=coordinator_table_name(aws.name),
+                Key={"key": {"S": "Leader"}},
+                ConsistentRead=True,
+            )
+            assert lock["Item"]["leaseDuration"] == {"S": str(round(failover * 1000))}
+            task = tasks[list(workers).index(leader)]
+            task.cancel()  # a crash: nothing released, the lock left to expire
+            killed = loop.time()
+            await asyncio.gather(task, return_exceptions=True)
+            others = [c for name, c in workers.items() if name != leader]
+            await wait_until(lambda: any(c.is_leader for c in others), 3 * failover, "a new leader")
+
+            async def leader_has_none() -> bool:
+                return leader not in await owners(aws)
+
+            await wait_until(leader_has_none, 3 * failover, "the crashed leader's leases moved")
+            took = loop.time() - killed
+            assert took < 3 * failover, took
+            # The new owners find them through the owner index at their next discovery.
+            await wait_until(
+                lambda: sum(len(c.held_leases) for c in others) == 6, 2 * failover, "all held"
+            )
