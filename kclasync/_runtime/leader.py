@@ -4,8 +4,8 @@ Owns: the loop that reads the lock, asks ``core.leader_lock`` what to do, and ap
 take over, heartbeat), and releasing the lock on a graceful stop. The term written and the pace
 of reads and writes come from ``core.lock_term``: the leader's failover watch tells the elector
 whether the registry shows a worker of another implementation (``observe_fleet``); in a
-kclasync-only fleet the lock lasts one failover time and is written and read four times as
-often, else the configured term (the Java KCL's 120 s, read every 30 s). The ``Consumer`` runs the
+kclasync-only fleet the lock lasts one failover time and is written four times per term, else
+the configured term (the Java KCL's 120 s). The ``Consumer`` runs the
 leader-only duties (periodic shard sync, the hash-range auditor, finished-lease cleanup) while
 ``is_leader()`` holds.
 Must not: read any clock but the event loop's; decide expiry itself.

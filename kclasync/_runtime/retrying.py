@@ -36,6 +36,7 @@ from kclasync._config import ConsumerConfig
 from kclasync._core.leases.client_version import MigrationState
 from kclasync._core.leases.leader_lock import LockItem
 from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.lock_term import lock_interval, short_term_failover
 from kclasync._core.leases.position import Checkpoint
 from kclasync._core.lineage.shard import Shard
 from kclasync._core.lineage.streams import StreamIdentity
@@ -131,7 +132,17 @@ def worker_retrier(
         renewer_interval=config.renewer_interval,
         throttle_backoff=config.throttle_backoff,
         max_backoff=config.max_backoff,
-        leader_heartbeat_interval=config.leader_heartbeat_interval,
+        # The lock's budget follows the pace it is written at (``core.lock_term``): a quarter
+        # of the short term in a leader-based mode with early failover.
+        leader_heartbeat_interval=lock_interval(
+            config.leader_heartbeat_interval,
+            config.leader_lock_duration,
+            short_term_failover(
+                config.failover_time,
+                leader_based=config.lease_taker.leader_based,
+                early_failover=config.early_failover,
+            ),
+        ),
     )
     retries = metrics.retries
 

@@ -9,6 +9,7 @@ from kclasync._core.leases.lock_term import (
     lock_interval,
     lock_term,
     other_implementations,
+    short_term_failover,
 )
 from kclasync._core.workers import worker_metrics as wm
 
@@ -81,3 +82,9 @@ def test_a_java_worker_appearing_restores_the_long_wait() -> None:
     reader.observe(long, 2.0 + 2 * F)
     assert reader.decide(long, 2.0 + 2 * F).action is LockAction.WAIT
     assert reader.seen_duration == 120.0
+
+
+def test_only_leader_based_workers_with_early_failover_write_the_short_term() -> None:
+    assert short_term_failover(F, leader_based=True, early_failover=True) == F
+    assert short_term_failover(F, leader_based=True, early_failover=False) is None
+    assert short_term_failover(F, leader_based=False, early_failover=True) is None

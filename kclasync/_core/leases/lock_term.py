@@ -25,8 +25,9 @@ failover for the fleet (W = 100, failover 10 s: 40 reads/s, 20 read units, and 0
 Independent of the shards, and O(W) in total: no worker reads anything per peer.
 
 Owns: ``lock_term`` (the term to write), ``lock_interval`` (how often to write or read the lock
-given the term of the item last seen) and ``other_implementations`` (whether the registry shows
-a worker that is not kclasync).
+given the term of the item last seen), ``other_implementations`` (whether the registry shows
+a worker that is not kclasync) and ``short_term_failover`` (which workers may write the short
+term).
 Must not: do I/O, read a clock, or judge expiry (``core.leader_lock`` does).
 """
 
@@ -50,6 +51,15 @@ class LockTerm:
     duration: float
     #: Seconds between the holder's writes (and the others' reads) of an item of that duration.
     interval: float
+
+
+def short_term_failover(
+    failover_time: float, *, leader_based: bool, early_failover: bool
+) -> float | None:
+    """The failover time a worker's short term derives from, or None when it never writes one:
+    only a leader-based taker with ``early_failover`` reads the registry as leader (the watch
+    that says whether the fleet is kclasync-only)."""
+    return failover_time if leader_based and early_failover else None
 
 
 def lock_interval(
@@ -95,4 +105,5 @@ __all__ = [
     "lock_interval",
     "lock_term",
     "other_implementations",
+    "short_term_failover",
 ]
