@@ -284,11 +284,13 @@ class ConsumerConfig:
         default=60.0, validator=_positive, metadata=_meta("s", kcl="leaseCleanupIntervalMillis")
     )
     #: The leader lock's lease: another worker takes the lock over once it has seen it unchanged
-    #: for this long (KCL 3.x: 120 s).
+    #: for this long (KCL 3.x: 120 s). A leader-based taker with ``early_failover`` writes one
+    #: failover time instead (if shorter) while the registry shows no Java worker.
     leader_lock_duration: float = attrs.field(
         default=120.0, validator=_positive, metadata=_meta("s")
     )
-    #: How often the lock is read, and renewed by its holder (KCL 3.x: 30 s).
+    #: How often the lock is read, and renewed by its holder (KCL 3.x: 30 s); with a
+    #: leader-based taker and ``early_failover``, at most failover / 4.
     leader_heartbeat_interval: float = attrs.field(
         default=30.0, validator=_positive, metadata=_meta("s")
     )
