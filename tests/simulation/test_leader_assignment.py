@@ -33,3 +33,19 @@ def test_balanced_taker_scans_on_every_worker() -> None:
     # Every worker scans; the owner index is only read by early failover, once per worker
     # noticed silent (crashes and pauses), far less often than the scans.
     assert ops.get("read:lease_keys_of", 0) < ops["read:list_leases"] / 3, format_report(report)
+
+
+@pytest.mark.parametrize("taker", ["load", "kcl3"])
+def test_crashed_leaders_leases_fail_over_within_3x(taker: str) -> None:
+    """The ``leader`` fault crashes the leading worker; its leases are counted apart, and in a
+    kclasync-only fleet the lock's short term gets them reassigned within 3 x failover (the
+    simulation's configured lock is 3 x: before the short term, about 4 x)."""
+    settings = attrs.evolve(
+        SMALL, taker=taker, seed=2, hours=0.2, fault_rate=8.0, faults=frozenset({"leader"})
+    )
+    report = run_simulation(settings, wall_limit=60)
+    assert report.violation_count == 0, format_report(report)
+    assert report.events.get("leader crashes", 0) >= 2, report.events
+    assert report.leader_failovers > 0, format_report(report)
+    assert report.leader_failover_max is not None and report.leader_failover_max < 3.0
+    assert report.failovers_pending == 0
