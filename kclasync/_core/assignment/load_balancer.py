@@ -188,6 +188,7 @@ def _rebalance(
     steps = 0
     limit = 4 * len(origin) + 8  # each step strictly lowers the sorted loads; this is a backstop
     changed = 0
+    learned = False
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
@@ -199,8 +200,11 @@ def _rebalance(
             spare_leases=spare,
         ):
             step = best_step(model, movable, settings.min_gain_percent)
-        elif learning:
+        elif learning and not learned:
+            # One lease is enough to learn from: within the band nothing else needs to move,
+            # and a few more leases to the newcomer are moves the fewest do not make.
             step = learning_step(model, movable, settings.min_gain_percent)
+            learned = True
         else:
             break
         if step is None:

@@ -1,0 +1,43 @@
+"""The load planner moves few leases: the fewest that bring the peak into the band, not the
+most even pairs.
+
+The causes (found in the sweep's traces, ``benchmarks/assignment_shapes.py``): an idle
+newcomer beside a fleet already in its band was given lease after lease up to a share of the
+level, where one is enough for it to learn its capacity; and a peak was levelled with the
+lightest worker pair by pair, filling that worker with a lease any other could take and then
+taking leases back one at a time, where one move to the right receiver brings it into band."""
+
+from __future__ import annotations
+
+from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
+from kclasync._core.assignment.load_balancer import plan_load_aware
+
+
+def _fleet(spec: dict[str, tuple[float, list[float]]]) -> FleetSnapshot:
+    leases: list[LeaseLoad] = []
+    workers: list[WorkerLoad] = []
+    for wid, (capacity, rates) in spec.items():
+        mine = [LeaseLoad(f"{wid}-{i}", wid, rate) for i, rate in enumerate(rates)]
+        leases += mine
+        cpu = sum(rates) * 100 / capacity
+        workers.append(WorkerLoad(wid, cpu_percent=cpu, capacity_kbps=capacity))
+    return FleetSnapshot(tuple(leases), tuple(workers))
+
+
+def test_an_idle_newcomer_beside_a_fleet_in_band_is_given_one_lease_to_learn_from() -> None:
+    # "hot" carries only a 580 KB/s lease, 41 %: the unmovable peak, so the fleet is in band.
+    # The newcomer has reported no capacity; it learns it from one lease (a's 200 KB/s, the
+    # heaviest within what brings the smallest worker to the level, 220 KB/s). Before, it was
+    # then given b's 8 KB/s lease too, to fill that share: two moves where none was needed.
+    snapshot = _fleet(
+        {
+            "hot": (1400.0, [580.0]),
+            "a": (1000.0, [29.0, 40.0, 200.0]),
+            "b": (1400.0, [60.0, 50.0, 46.0, 39.0, 34.0, 30.0, 8.0]),
+        }
+    )
+    new = WorkerLoad("new", cpu_percent=0.0)
+    snapshot = FleetSnapshot(snapshot.leases, (*snapshot.workers, new))
+    moves = plan_load_aware(snapshot).moves
+    assert len(moves) == 1, moves
+    assert moves[0].to_worker == "new"
