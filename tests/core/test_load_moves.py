@@ -41,3 +41,28 @@ def test_an_idle_newcomer_beside_a_fleet_in_band_is_given_one_lease_to_learn_fro
     moves = plan_load_aware(snapshot).moves
     assert len(moves) == 1, moves
     assert moves[0].to_worker == "new"
+
+
+def test_a_peak_is_brought_into_band_with_the_fewest_moves_not_by_levelling_pairs() -> None:
+    # "a" (1000 KB/s) runs 121 %; the fleet's level is 28.7 %, its band up to 30.2 %. Levelling
+    # "a" with the lightest worker, pair by pair, sent its 600 KB/s lease to "b", filled "b"
+    # above the band and took "b"'s leases back and on to "c": eight moves. Three reach the
+    # band: the 600 to "c", which has room for it, and two of a's leases to "b".
+    snapshot = _fleet(
+        {
+            "a": (1000.0, [60.0, 150.0, 200.0, 600.0, 200.0]),
+            "b": (2000.0, [40.0, 60.0, 60.0, 40.0]),
+            "c": (4000.0, [600.0]),
+        }
+    )
+    moves = plan_load_aware(snapshot).moves
+    assert len(moves) <= 3, moves
+    owner = {lease.key: lease.owner for lease in snapshot.leases}
+    owner |= {m.lease_key: m.to_worker for m in moves}
+    kbps = {lease.key: lease.throughput_kbps or 0.0 for lease in snapshot.leases}
+    caps = {w.worker_id: w.capacity_kbps or 1.0 for w in snapshot.workers}
+    loads = {w: 0.0 for w in caps}
+    for key, wid in owner.items():
+        loads[wid] += kbps[key] * 100 / caps[wid]
+    level = 100 * sum(kbps.values()) / sum(caps.values())
+    assert max(loads.values()) <= level * 1.05, loads

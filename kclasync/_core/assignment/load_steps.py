@@ -4,8 +4,10 @@ Owns: each worker's movable leases sorted by throughput (``Holdings``) and the c
 step against the predicted loads: ``best_step`` takes from the fleet's peak worker (or a worker
 above its operating range) the single move that lowers the pair's peak the most, else the best
 exchange of one of its leases for lighter ones; ``learning_step`` gives a worker priced from a
-guess (no capacity reported yet) one light lease, so it learns its capacity. A step must lower
-the pair's peak by the minimum gain for every lease it moves.
+guess (no capacity reported yet) one light lease, so it learns its capacity; ``frugal_step``
+takes off the peak the lease that brings it within its ceiling in one move (the fewest leases,
+not the most even pair). A step must lower the pair's peak by the minimum gain for every lease
+it moves.
 Must not: change the model (the caller applies a step), read clocks or use randomness; ties
 are broken by load, lease key and worker id.
 """
@@ -14,10 +16,11 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 
 from kclasync._core.assignment.load_assignment import LeaseLoad, LoadModel
 
-__all__ = ["Holdings", "best_step", "learning_step"]
+__all__ = ["Holdings", "best_step", "frugal_step", "learning_step"]
 
 _Entry = tuple[float, str, LeaseLoad]
 # Donors tried from the most loaded and receivers from the least loaded, per step: keeps a plan
@@ -254,3 +257,53 @@ def _best_swap(
     near = [c for c in found if c[0] <= lowest + min_gain]
     _, _, _, receiver, given, taken = min(near, key=lambda c: (c[1], c[0], c[2], c[3]))
     return [(given, donor, receiver)] + [(lease, receiver, donor) for lease in taken]
+
+
+def frugal_step(
+    model: LoadModel,
+    movable: dict[str, Holdings],
+    min_gain_percent: float,
+    ceiling: Callable[[str], float],
+) -> list[tuple[LeaseLoad, str, str]] | None:
+    """A step for the fewest moves: off the fleet's peak (``_donors``), the lightest lease
+    that alone brings it within its ``ceiling`` and still leaves the receiver within its own
+    (one move settles that worker, and the light lease leaves the most room for the next);
+    else the heaviest lease that fits under a receiver's ceiling. None when no lease fits,
+    or none lowers the donor by the minimum gain: the caller falls back to ``best_step``, which
+    levels the pair instead (it may take back leases, or fill a receiver above the band)."""
+    lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
+    cheapest = _by_cost(model)
+    min_gain = model.mean() * min_gain_percent / 100
+    for donor in _donors(model):
+        held = movable[donor]
+        rate_d = model.rate[donor]
+        excess = model.load[donor] - min(ceiling(donor), model.limit[donor])
+        if not held.entries or excess <= 0 or rate_d <= 0:
+            continue
+        need = excess / rate_d  # KB/s the donor must shed
+        best: tuple[int, float, float, str, str, LeaseLoad] | None = None
+        for receiver in _receivers(donor, lightest, cheapest):
+            rate_r = model.rate[receiver]
+            top = min(ceiling(receiver), model.limit[receiver])
+            if rate_r <= 0 or model.load[receiver] >= top:
+                continue
+            room = (top - model.load[receiver]) / rate_r
+            settles = held.above(need * (1 - 1e-9))
+            if settles is not None and settles[0] <= room:
+                entry, rank = settles, 0
+            else:
+                entry, rank = held.at_most(room), 1
+            if entry is None:
+                continue
+            tp, key, lease = entry
+            if tp * rate_d < min_gain:
+                continue
+            after = model.load[receiver] + tp * rate_r
+            if after > model.load[donor] - min_gain:
+                continue
+            candidate = (rank, tp if rank == 0 else -tp, after, key, receiver, lease)
+            if best is None or candidate[:5] < best[:5]:
+                best = candidate
+        if best is not None:
+            return [(best[5], donor, best[4])]
+    return None
