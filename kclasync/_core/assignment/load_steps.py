@@ -265,45 +265,44 @@ def frugal_step(
     min_gain_percent: float,
     ceiling: Callable[[str], float],
 ) -> list[tuple[LeaseLoad, str, str]] | None:
-    """A step for the fewest moves: off the fleet's peak (``_donors``), the lightest lease
-    that alone brings it within its ``ceiling`` and still leaves the receiver within its own
-    (one move settles that worker, and the light lease leaves the most room for the next);
-    else the heaviest lease that fits under a receiver's ceiling. None when no lease fits,
-    or none lowers the donor by the minimum gain: the caller falls back to ``best_step``, which
-    levels the pair instead (it may take back leases, or fill a receiver above the band)."""
+    """A step for the fewest moves: from any worker above its ``ceiling`` (or operating range),
+    the move that takes the most of its excess off in one lease while the receiver stays within
+    its own ceiling: per donor and receiver the heaviest lease that fits; the most excess
+    removed first (a lease larger than the excess removes only the excess), then the lighter
+    lease, then the receiver it fills most tightly (the roomiest stay free for heavy leases).
+    Largest first, as in bin packing: a heavy lease placed early settles its worker in one
+    move. None when no lease fits or none lowers its donor by the minimum gain: the caller
+    falls back to ``best_step``, which levels the pair instead (it may take back leases, or fill
+    a receiver above the band)."""
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     cheapest = _by_cost(model)
     min_gain = model.mean() * min_gain_percent / 100
-    for donor in _donors(model):
+    tops = {wid: min(ceiling(wid), model.limit[wid]) for wid in model.workers}
+    donors = sorted(
+        (wid for wid in model.workers if model.load[wid] > tops[wid] and movable[wid].entries),
+        key=lambda wid: (-model.load[wid], wid),
+    )
+    best: tuple[float, float, float, str, str, str, LeaseLoad] | None = None
+    for donor in donors[:_SEARCH_WIDTH]:
         held = movable[donor]
         rate_d = model.rate[donor]
-        excess = model.load[donor] - min(ceiling(donor), model.limit[donor])
-        if not held.entries or excess <= 0 or rate_d <= 0:
+        if rate_d <= 0:
             continue
-        need = excess / rate_d  # KB/s the donor must shed
-        best: tuple[int, float, float, str, str, LeaseLoad] | None = None
+        need = (model.load[donor] - tops[donor]) / rate_d  # KB/s the donor must shed
         for receiver in _receivers(donor, lightest, cheapest):
             rate_r = model.rate[receiver]
-            top = min(ceiling(receiver), model.limit[receiver])
-            if rate_r <= 0 or model.load[receiver] >= top:
+            if rate_r <= 0 or model.load[receiver] >= tops[receiver]:
                 continue
-            room = (top - model.load[receiver]) / rate_r
-            settles = held.above(need * (1 - 1e-9))
-            if settles is not None and settles[0] <= room:
-                entry, rank = settles, 0
-            else:
-                entry, rank = held.at_most(room), 1
+            entry = held.at_most((tops[receiver] - model.load[receiver]) / rate_r)
             if entry is None:
                 continue
             tp, key, lease = entry
-            if tp * rate_d < min_gain:
-                continue
             after = model.load[receiver] + tp * rate_r
-            if after > model.load[donor] - min_gain:
+            if tp * rate_d < min_gain or after > model.load[donor] - min_gain:
                 continue
-            candidate = (rank, tp if rank == 0 else -tp, after, key, receiver, lease)
-            if best is None or candidate[:5] < best[:5]:
+            candidate = (-min(tp, need), tp, -after, donor, receiver, key, lease)
+            if best is None or candidate[:6] < best[:6]:
                 best = candidate
-        if best is not None:
-            return [(best[5], donor, best[4])]
-    return None
+    if best is None:
+        return None
+    return [(best[6], best[3], best[4])]
