@@ -29,6 +29,8 @@ _SEARCH_WIDTH = 12
 # ... plus the few workers where a lease costs least (the largest): a hot lease may fit only
 # there, and in a large fleet those need not be among the least loaded.
 _CHEAPEST = 3
+# A fewest-moves exchange takes back at most this many leases (``_frugal_swap``).
+_FRUGAL_BACK = 2
 
 
 def _receivers(donor: str, lightest: list[str], cheapest: list[str]) -> list[str]:
@@ -303,6 +305,61 @@ def frugal_step(
             candidate = (-min(tp, need), tp, -after, donor, receiver, key, lease)
             if best is None or candidate[:6] < best[:6]:
                 best = candidate
+    if best is not None and -best[0] >= _need(model, tops, best[3]) * (1 - 1e-9):
+        return [(best[6], best[3], best[4])]  # settles its donor in one move
+    swap = _frugal_swap(model, movable, min_gain, tops, donors[:1], lightest, cheapest)
+    if swap is not None or best is None:
+        return swap
+    return [(best[6], best[3], best[4])]
+
+
+def _need(model: LoadModel, tops: dict[str, float], donor: str) -> float:
+    return (model.load[donor] - tops[donor]) / model.rate[donor]
+
+
+def _frugal_swap(
+    model: LoadModel,
+    movable: dict[str, Holdings],
+    min_gain: float,
+    tops: dict[str, float],
+    donors: list[str],
+    lightest: list[str],
+    cheapest: list[str],
+) -> list[tuple[LeaseLoad, str, str]] | None:
+    """When no lease that settles the peak fits anywhere as it is: the lease that settles it,
+    given to the worker where it overflows the ceiling least, and back from that worker its
+    heaviest leases (lighter than the given one) until it is within its ceiling again; at most
+    ``_FRUGAL_BACK`` of them, and the donor must stay within its own ceiling with them."""
+    best: tuple[int, float, str, str, LeaseLoad, list[LeaseLoad]] | None = None
+    for donor in donors:
+        rate_d = model.rate[donor]
+        need = _need(model, tops, donor)
+        for give, key, given in movable[donor].entries:
+            if give < need:
+                continue
+            for receiver in _receivers(donor, lightest, cheapest):
+                rate_r = model.rate[receiver]
+                over = model.load[receiver] + give * rate_r - tops[receiver]
+                if rate_r <= 0 or over <= 0:
+                    continue
+                back: list[tuple[float, LeaseLoad]] = []
+                taken = 0.0
+                for tp, _, lease in reversed(movable[receiver].entries):
+                    if taken * rate_r >= over or len(back) >= _FRUGAL_BACK:
+                        break
+                    if tp < give:
+                        back.append((tp, lease))
+                        taken += tp
+                if taken * rate_r < over:
+                    continue
+                donor_after = model.load[donor] - (give - taken) * rate_d
+                if donor_after > tops[donor] or model.load[donor] - donor_after < min_gain:
+                    continue
+                candidate = (len(back), over, key, receiver, given, [b for _, b in back])
+                if best is None or candidate[:4] < best[:4]:
+                    best = candidate
     if best is None:
         return None
-    return [(best[6], best[3], best[4])]
+    _, _, _, receiver, given, leases = best
+    donor = donors[0]
+    return [(given, donor, receiver)] + [(lease, receiver, donor) for lease in leases]
