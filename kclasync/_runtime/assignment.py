@@ -141,6 +141,7 @@ class LeaderAssignment:
             bool(self.last_plan.moves),
             watched_enough=watched_enough,
             held_last_run=self._held,
+            previous=self.last_snapshot,
         )
         if not allowed:
             return plan_load_aware(snapshot, dataclasses.replace(self.balancer, max_moves=0))

@@ -42,6 +42,7 @@ __all__ = [
     "rebalance_step",
     "renewing_owners",
     "throughputs_in_flux",
+    "throughputs_moving",
     "worker_loads",
 ]
 
@@ -52,6 +53,9 @@ MAX_CONSECUTIVE_FAILURES = 3
 #: the higher of the two (``throughputs_in_flux``).
 FLUX_MIN_POINTS = 5.0
 FLUX_MIN_SHARE = 0.2
+#: The leases' throughputs are still moving when, since the previous run's snapshot, they
+#: changed by more than this share of their total (summed absolute changes; ``throughputs_moving``).
+MOVING_MIN_SHARE = 0.15
 
 
 def worker_loads(
@@ -218,16 +222,45 @@ def throughputs_in_flux(snapshot: FleetSnapshot) -> bool:
     return False
 
 
+def throughputs_moving(snapshot: FleetSnapshot, previous: FleetSnapshot | None) -> bool:
+    """Whether the leases' throughputs changed, since the ``previous`` run's snapshot, by more
+    than ``MOVING_MIN_SHARE`` of their total: each is an EMA over renewal periods, and right
+    after traffic changes it is still on its way (half the gap closed per renewal). The CPU
+    cannot tell this early: its last sample may predate the change, or read 100 %. Leases in
+    only one of the two snapshots are left out (a new shard, a finished one). Grows with the
+    leases, once per run."""
+    if previous is None:
+        return False
+    before = {
+        lease.key: lease.throughput_kbps
+        for lease in previous.leases
+        if lease.throughput_kbps is not None and math.isfinite(lease.throughput_kbps)
+    }
+    total = change = 0.0
+    for lease in snapshot.leases:
+        tp, old = lease.throughput_kbps, before.get(lease.key)
+        if tp is None or old is None or not math.isfinite(tp):
+            continue
+        total += max(tp, 0.0)
+        change += abs(max(tp, 0.0) - max(old, 0.0))
+    return total > 0 and change > MOVING_MIN_SHARE * total
+
+
 def may_rebalance(
     snapshot: FleetSnapshot,
     moved_last_run: bool,
     *,
     watched_enough: bool = True,
     held_last_run: bool = False,
+    previous: FleetSnapshot | None = None,
 ) -> bool:
     """Whether this run may move leases, or only assign (``rebalance_step``'s first half)."""
     return rebalance_step(
-        snapshot, moved_last_run, watched_enough=watched_enough, held_last_run=held_last_run
+        snapshot,
+        moved_last_run,
+        watched_enough=watched_enough,
+        held_last_run=held_last_run,
+        previous=previous,
     )[0]
 
 
@@ -237,6 +270,7 @@ def rebalance_step(
     *,
     watched_enough: bool = True,
     held_last_run: bool = False,
+    previous: FleetSnapshot | None = None,
 ) -> tuple[bool, bool]:
     """Whether this run may move leases, or only assign; and whether it only assigns because
     the throughputs are in flux (the leader passes that back as ``held_last_run``).
@@ -247,14 +281,17 @@ def rebalance_step(
     capacity, the plan predicts each load from the throughput of the leases it owns (a lease in
     handoff counted at its new owner): nothing lags, so every run may move, except one run
     (not two in a row: ``held_last_run``) while the throughputs are in flux
-    (``throughputs_in_flux``): a plan on half-old throughputs moves leases the next run moves
+    (``throughputs_in_flux``), or still moving since the ``previous`` run's snapshot
+    (``throughputs_moving``): a plan on half-old throughputs moves leases the next run moves
     back. Otherwise the plan uses measured CPU, which lags the moves (a worker that just
     received leases still looks idle, and planning on that reading overshoots and oscillates):
     then not while a handoff is still under way nor right after a run that moved."""
     if not watched_enough:
         return False, False
     if snapshot.workers and all(w.capacity_kbps for w in snapshot.workers):
-        held = not held_last_run and throughputs_in_flux(snapshot)
+        held = not held_last_run and (
+            throughputs_in_flux(snapshot) or throughputs_moving(snapshot, previous)
+        )
         return not held, held
     return not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases), False
 

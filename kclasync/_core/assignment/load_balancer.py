@@ -30,6 +30,8 @@ Must not: read clocks, tables or metrics, or use randomness; ties are broken by 
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
@@ -40,7 +42,12 @@ from kclasync._core.assignment.load_assignment import (
     assign_unowned,
     lease_throughputs,
 )
-from kclasync._core.assignment.load_steps import Holdings, best_step, learning_step
+from kclasync._core.assignment.load_steps import (
+    Holdings,
+    best_step,
+    frugal_step,
+    learning_step,
+)
 
 __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
 
@@ -104,6 +111,19 @@ def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str,
     return max(hottest * cheapest, max(pinned.values(), default=0.0))
 
 
+def _ceiling(
+    model: LoadModel, band_percent: float, floor: float, peak: float
+) -> Callable[[str], float]:
+    """The most load a worker may carry within the band: the fleet's level + band (or the
+    unmovable peak + band, when higher); a measured load also ``floor`` points above the level
+    (a CPU reading is only known to within its noise; a predicted load is not). The level does
+    not change as leases move (it is the capacity-weighted mean), so neither does this."""
+    level = model.level()
+    top = max(level * (1 + band_percent / 100), peak * (1 + band_percent / 100))
+    measured = max(top, level + floor)
+    return lambda wid: measured if wid in model.measured else top
+
+
 def _outside(
     model: LoadModel,
     band_percent: float,
@@ -127,13 +147,10 @@ def _outside(
     level = model.level()
 
     def above(percent: float) -> bool:
-        top = max(level * (1 + percent / 100), peak * (1 + percent / 100))
-        for wid, load in model.load.items():
-            # A measured CPU reading is only known to within its noise; a predicted load is not.
-            high = max(top, level + floor) if wid in model.measured else top
-            if load > high or load > model.limit[wid]:
-                return True
-        return False
+        ceiling = _ceiling(model, percent, floor, peak)
+        return any(
+            load > ceiling(wid) or load > model.limit[wid] for wid, load in model.load.items()
+        )
 
     if above(band_percent):
         return True
@@ -169,6 +186,40 @@ def _rebalance(
     )
     if not triggered and not learning:
         return []
+    # Two descents from the same state: levelling each peak with its best partner, and the
+    # fewest moves (each off the peak, the lease that brings it into band in one move). The
+    # second is taken when it moves fewer leases and still ends within the target band.
+    greedy, _ = _descend(snapshot, model, throughputs, settings, placed, peak, spare, learning)
+    frugal, after = _descend(
+        snapshot, model, throughputs, settings, placed, peak, spare, learning, frugal=True
+    )
+    if len(frugal) < len(greedy) and not _outside(
+        after, settings.target_percent, settings.noise_floor_percent / 2, peak, spare_leases=spare
+    ):
+        return frugal
+    return greedy
+
+
+def _descend(
+    snapshot: FleetSnapshot,
+    start: LoadModel,
+    throughputs: dict[str, float],
+    settings: BalancerSettings,
+    placed: set[str],
+    peak: float,
+    spare: bool,
+    learning: bool,
+    *,
+    frugal: bool = False,
+) -> tuple[list[Move], LoadModel]:
+    """One plan's steps from ``start`` (left as it is) until the fleet is within the target
+    band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes. Returns
+    the net moves and the model after them."""
+    model = copy.copy(start)
+    model.load = dict(start.load)
+    model.assigned_kbps = dict(start.assigned_kbps)
+    band = settings.target_percent, settings.noise_floor_percent / 2, peak
+    ceiling = _ceiling(model, *band)
     movable: dict[str, Holdings] = {wid: Holdings() for wid in model.workers}
     for lease in snapshot.leases:
         if (
@@ -188,19 +239,21 @@ def _rebalance(
     steps = 0
     limit = 4 * len(origin) + 8  # each step strictly lowers the sorted loads; this is a backstop
     changed = 0
+    learned = False
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
-        if _outside(
-            model,
-            settings.target_percent,
-            settings.noise_floor_percent / 2,
-            peak,
-            spare_leases=spare,
-        ):
-            step = best_step(model, movable, settings.min_gain_percent)
-        elif learning:
+        if _outside(model, *band, spare_leases=spare):
+            step = None
+            if frugal:
+                step = frugal_step(model, movable, settings.min_gain_percent, ceiling)
+            if step is None:
+                step = best_step(model, movable, settings.min_gain_percent)
+        elif learning and not learned:
+            # One lease is enough to learn from: within the band nothing else needs to move,
+            # and a few more leases to the newcomer are moves the fewest do not make.
             step = learning_step(model, movable, settings.min_gain_percent)
+            learned = True
         else:
             break
         if step is None:
@@ -220,4 +273,5 @@ def _rebalance(
             current[lease.key] = receiver
             if lease.key not in order:
                 order.append(lease.key)
-    return [Move(key, origin[key], current[key]) for key in order if current[key] != origin[key]]
+    moves = [Move(key, origin[key], current[key]) for key in order if current[key] != origin[key]]
+    return moves, model
