@@ -264,6 +264,13 @@ async def _run(
             deadline = loop.time() + 60 + 5 * settings.failover
             while not produced <= tally.deliveries.keys() and loop.time() < deadline:
                 await asyncio.sleep(0.2)
+            if recorder is not None:
+                # The recording ends on reads made after the takeover: the dashboard reads once
+                # a second, and the run can end sooner than that after the leases moved.
+                async with recorder.listen() as queue:
+                    for _ in range(3):  # the latest document, then two fresh reads
+                        if await recorder.next(queue, 5.0) is None:
+                            break
         finally:
             for worker, task in zip(workers, tasks, strict=True):
                 if not task.done():

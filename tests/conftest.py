@@ -3,7 +3,8 @@
 
 The suite runs on pytest-xdist workers (``addopts``): each worker is a session of its own, with
 its own moto and kinesis-local on free ports. The tests that start a JVM (Spark, the Java KCL)
-are one ``xdist_group``, so ``--dist loadgroup`` runs them one after another on one worker."""
+are one unit of work (``JvmChain``), so ``--dist loadgroup`` runs them one after another on one
+worker: never two JVMs at once."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -28,11 +30,33 @@ JVM_FOLDERS = ("spark", "interop")
 EARLY_FOLDERS = ("simulation",)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (``--dist loadgroup``)
+def _jvm_scope(nodeid: str) -> str | None:
+    """``"jvm"`` for a test in one of ``JVM_FOLDERS`` (by its node id), else None."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return "jvm" if len(parts) > 2 and parts[0] == "tests" and parts[1] in JVM_FOLDERS else None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: the JVM tests are one unit of work, every other test is one of its
+    own. (xdist's own grouping renames ``item._nodeid``, which pytest 9 no longer reads for the
+    node id, so its ``xdist_group`` marks alone would spread the JVM tests over the workers.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class JvmChain(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _jvm_scope(nodeid) or nodeid
+
+    return JvmChain(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The JVM tests are one xdist group, and come first: they are the longest share of the
-    suite on one worker (about 17 minutes), so they start while the other workers take the rest.
-    The simulation's long CPU-bound runs (sweeps, soak) come next, so they do not end last."""
+    """The JVM tests are marked (``xdist_group``) and come first: they are the longest share
+    of the suite on one worker, so they start while the other worker takes the rest (xdist
+    sends the largest unit first). The simulation's long CPU-bound runs (sweeps, soak) come
+    next, so they do not end last."""
     tests = ROOT / "tests"
     jvm: list[pytest.Item] = []
     early: list[pytest.Item] = []

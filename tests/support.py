@@ -96,6 +96,14 @@ class Aws:
             pending = [e for e, r in zip(chunk, results, strict=True) if r is None] + pending
         return ids
 
+    async def create_leases(self) -> int:
+        """The lease table and the leases of the stream's shards, as a kclasync worker's shard
+        sync writes them (the KCL's schema), before anything consumes. A Java KCL 3.x worker
+        that starts on an empty lease table first waits a random 1-30 s for another worker to
+        fill it; on a table with leases it starts at once."""
+        await self.store.ensure_table()
+        return await self.consumer(None)._sync_shards()
+
     def consumer(
         self, processor: object, registry: CollectorRegistry | None = None, **config: Any
     ) -> Consumer:

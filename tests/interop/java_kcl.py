@@ -56,6 +56,12 @@ FAST_PROPERTIES: Mapping[str, str] = {
 }
 
 
+#: The client JIT only and one GC thread: the daemon's start-up (class loading of the AWS SDK)
+#: costs less CPU, which matters on a two-core machine running other tests beside it; a test's
+#: few hundred records per second need no optimising compiler.
+JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
 def kcl_jars() -> pathlib.Path | None:
     """The directory holding the KCL jars of the installed ``kclpy-ext``, or None."""
     try:
@@ -128,6 +134,7 @@ class JavaKcl:
     def command(self) -> list[str]:
         return [
             self.java,
+            *JVM_OPTIONS,
             "-cp",
             f"{self.jars}/*",
             MAIN_CLASS,

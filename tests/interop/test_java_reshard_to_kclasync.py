@@ -112,6 +112,7 @@ async def test_java_reads_through_reshard_then_kclasync_finishes(
         watch = Watch(aws).start()
         locks = DynamoCoordinatorState(aws.dynamodb, coordinator_table_name(unique_name))
         produced = await produce(aws, 0, 600)
+        assert await aws.create_leases() == 4  # Java starts on leases, without its random wait
         java = java_kcl(stream=unique_name, application=unique_name, worker_id="java-1")
         java.start()
 

@@ -1,8 +1,8 @@
 """kclasync -> Java KCL 3.x on one lease table: kclasync workers process part of a stream and
-stop (one gracefully, one abruptly, as in a rolling deploy with a crash); a Java MultiLangDaemon
-then starts on the same tables and must process the rest. Records carry (key, counter), so lost
-and reprocessed records are counted exactly; the only records Java may process again are those
-kclasync processed beyond the checkpoints it left in the lease table."""
+stop (one abruptly, then the leader gracefully, as in a rolling deploy after a crash); a Java
+MultiLangDaemon then starts on the same tables and must process the rest. Records carry (key,
+counter), so lost and reprocessed records are counted exactly; the only records Java may process
+again are those kclasync processed beyond the checkpoints it left in the lease table."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import orjson
 import pytest
 
+from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordinator_table_name
 from kclasync._records import Record
 from kclasync.testing.emulators import LocalAws
 from tests.interop.fleet import produce
@@ -72,9 +73,18 @@ async def test_kclasync_then_java_loses_nothing(
         workers = [aws.consumer(seen.handler(), worker_id=f"py-{n}", **config) for n in "ab"]
         tasks = [asyncio.create_task(w.run()) for w in workers]
         await wait_until(lambda: produced <= set(seen.deliveries), 60, "kclasync to read")
-        await workers[0].stop()  # graceful
-        tasks[1].cancel()  # abrupt: leases, registry entry and maybe the lock left behind
+        await wait_until(lambda: any(w.is_leader for w in workers), 30, "a kclasync leader")
+        lead = 0 if workers[0].is_leader else 1
+        # The follower first, abruptly (its leases and registry entry left behind), then the
+        # leader gracefully: it deletes the lock, so the Java worker leads at its first try
+        # (a lock left to expire costs it 30 s, its fixed interval between tries; that path
+        # is test_leader_and_registry's).
+        tasks[1 - lead].cancel()
+        await asyncio.gather(tasks[1 - lead], return_exceptions=True)
+        await workers[lead].stop()
         await asyncio.gather(*tasks, return_exceptions=True)
+        locks = DynamoCoordinatorState(aws.dynamodb, coordinator_table_name(unique_name))
+        assert await locks.get_lock("Leader") is None, "the graceful leader left its lock"
         timings["kclasync phase"] = time.monotonic() - t0
         scan = await aws.store.list_leases()
         checkpoints = {lease.shard_id: lease.checkpoint.value for lease in scan.leases}
@@ -116,5 +126,5 @@ async def test_kclasync_then_java_loses_nothing(
     assert redone <= redo_allowed, sorted(redone - redo_allowed)[:10]
     assert all(n == 1 for n in ours.deliveries.values()), "Java processed a record twice"
     assert not java.parse_failures()
-    # Only the leader assigns in KCL 3.x: Java took the lock kclasync released or let expire.
+    # Only the leader assigns in KCL 3.x: Java took the lock the kclasync leader released.
     assert java.log_lines(r"java-1 is new leader")

@@ -47,6 +47,7 @@ async def test_lock_and_registry_shared_with_the_java_leader(
 ) -> None:
     async with aws_for(kinesis, unique_name) as aws:
         await aws.create_stream(2)
+        assert await aws.create_leases() == 2  # Java starts on leases, without its random wait
         locks = DynamoCoordinatorState(aws.dynamodb, coordinator_table_name(unique_name))
         await locks.ensure_table()
         registry = DynamoWorkerMetrics(aws.dynamodb, worker_metrics_table_name(unique_name))

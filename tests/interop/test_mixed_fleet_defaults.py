@@ -157,6 +157,7 @@ async def test_a_default_kclasync_worker_joins_a_java_3x_leader_and_follows_it(
     async with aws_for(kinesis, unique_name) as aws:
         await aws.create_stream(SHARDS)
         locks = DynamoCoordinatorState(aws.dynamodb, coordinator_table_name(unique_name))
+        assert await aws.create_leases() == SHARDS  # Java starts without its random wait
         producer = Producer(aws, 0, RATE)
         producer.start()
         producing = True

@@ -34,6 +34,7 @@ async def test_same_properties_java_then_kclasync_then_java(
     async with aws_for(kinesis, unique_name) as aws:
         await aws.create_stream(2)
         sent = await produce(aws, 0, 200)
+        assert await aws.create_leases() == 2  # Java starts on leases, without its random wait
         java1 = java_kcl(stream=unique_name, application=unique_name, worker_id="java-1")
         ours = tmp_path / "ml-1.properties"
         ours.write_text(
