@@ -187,16 +187,13 @@ class LeaseRenewals:
         # key -> (the handle scheduled, when its renewal is due): a lease lost and taken again
         # is a new handle, scheduled afresh.
         schedule: dict[str, tuple[HeldLease, float]] = {}
+        synced: int | None = None  # the held leases' version the schedule follows
         async with asyncio.TaskGroup() as renewing:
             while True:
                 started = now()
-                for key in [k for k in schedule if k not in self.held]:
-                    del schedule[key]
-                for key, held in self.held.items():
-                    entry = schedule.get(key)
-                    if entry is None or entry[0] is not held:
-                        first = first_renewal_due(key, started, self.interval)
-                        schedule[key] = (held, first)
+                if synced != self.held.version:
+                    synced = self.held.version
+                    self._follow_held(schedule, started)
                 due, wake = renewals_due(
                     {k: at for k, (_, at) in schedule.items() if k not in in_flight},
                     started,
@@ -214,6 +211,17 @@ class LeaseRenewals:
                         report_due = renewal_round_due(report_due, self.interval, started)
                     wake = min(wake, report_due)
                 await asyncio.sleep(max(0.0, wake - now()))
+
+    def _follow_held(self, schedule: dict[str, tuple[HeldLease, float]], now: float) -> None:
+        """Bring the renewal schedule in line with the held leases: a lease no longer held is
+        dropped, one newly held (or lost and taken again: a new handle) is first due at its
+        next slot."""
+        for key in [k for k in schedule if k not in self.held]:
+            del schedule[key]
+        for key, held in self.held.items():
+            entry = schedule.get(key)
+            if entry is None or entry[0] is not held:
+                schedule[key] = (held, first_renewal_due(key, now, self.interval))
 
     async def _renew_scheduled(self, held: HeldLease, due: float, in_flight: set[str]) -> None:
         try:
