@@ -31,7 +31,7 @@ import math
 import selectors
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
@@ -85,12 +85,13 @@ class _VirtualSelector(selectors.BaseSelector):
         return self._inner.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        return self.poll_or_advance(self._busy(), timeout, self._next_timer)
+        return self.poll_or_advance(self._busy(), timeout, self._next_timer())
 
     def poll_or_advance(
-        self, busy: bool, timeout: float | None, next_timer: Callable[[], float | None]
+        self, busy: bool, timeout: float | None, next_timer: float | None
     ) -> list[tuple[selectors.SelectorKey, int]]:
-        """What ``select`` does, for a loop that knows whether it is busy (callbacks ready)."""
+        """What ``select`` does, for a loop that knows whether it is busy (callbacks ready)
+        and when its first timer is due (``next_timer``; None: no timer)."""
         if busy:
             return self.poll_busy()
         self._count_turn()
@@ -112,7 +113,7 @@ class _VirtualSelector(selectors.BaseSelector):
         # Move just past the next timer's deadline (timers fire once the clock has passed
         # them; see VirtualTimeLoop). Computing ``now + (when - now)`` instead can land one
         # float step short, and code that then sleeps the remaining step would spin.
-        when = next_timer()
+        when = next_timer
         if when is None or when - self._clock.now > timeout:
             self._clock.advance(timeout)  # a capped select timeout; the loop asks again
         else:
@@ -172,6 +173,26 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         # time ever moving. So timers fire only once the virtual clock has reached them.
         self._clock_resolution = 0.0
 
+    def call_soon(  # type: ignore[override]
+        self,
+        callback: Callable[..., object],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        """asyncio's ``call_soon``, its ``_call_soon`` step written in: every task wake-up
+        comes through here."""
+        loop: Any = self  # asyncio's private loop state, as base_events keeps it
+        loop._check_closed()
+        if loop._debug:
+            loop._check_thread()
+            loop._check_callback(callback, "call_soon")
+        handle = asyncio.Handle(callback, args, self, context)
+        state: Any = handle  # its private fields, as base_events reads them
+        if state._source_traceback:
+            del state._source_traceback[-1]
+        loop._ready.append(handle)
+        return handle
+
     def call_later(  # type: ignore[override]
         self,
         delay: float,
@@ -183,10 +204,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         directly: every ``asyncio.sleep`` comes through here."""
         if delay is None:
             raise TypeError("delay must not be None")
-        timer: Any = self.call_at(self.clock.now + delay, callback, *args, context=context)
-        if timer._source_traceback:
-            del timer._source_traceback[-1]
-        return cast(asyncio.TimerHandle, timer)
+        return self._schedule(self.clock.now + delay, callback, args, context)
 
     def call_at(  # type: ignore[override]
         self,
@@ -204,17 +222,28 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         """
         if when is None:
             raise TypeError("when cannot be None")
+        return self._schedule(when, callback, args, context)
+
+    def _schedule(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+    ) -> asyncio.TimerHandle:
+        """The timer of ``call_at`` and ``call_later``, pushed onto the heap."""
         loop: Any = self  # asyncio's private loop state, as base_events keeps it
         loop._check_closed()
         if loop._debug:
             loop._check_thread()
             loop._check_callback(callback, "call_at")
-        timer: Any = asyncio.TimerHandle(when, callback, args, self, context)
-        if timer._source_traceback:
-            del timer._source_traceback[-1]
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        state: Any = timer  # its private fields, as base_events sets them
+        if state._source_traceback:
+            del state._source_traceback[-2:]  # this method and call_at or call_later
         heapq.heappush(loop._scheduled, (when, timer))
-        timer._scheduled = True
-        return cast(asyncio.TimerHandle, timer)
+        state._scheduled = True
+        return timer
 
     def _run_once(self) -> None:
         """One turn of asyncio's ``BaseEventLoop._run_once``, step for step (cancelled timers
@@ -241,7 +270,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             timeout = 0
         elif scheduled:
             timeout = min(max(0, scheduled[0][0] - clock.now), _MAX_SELECT_TIMEOUT)
-        events = virtual.poll_or_advance(busy, timeout, self._next_timer)
+        events = virtual.poll_or_advance(busy, timeout, scheduled[0][0] if scheduled else None)
         popleft = ready.popleft
         while True:
             if events:
