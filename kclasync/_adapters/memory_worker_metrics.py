@@ -13,13 +13,23 @@ from typing import Any
 from kclasync._core.workers import worker_metrics as wm
 from kclasync._core.workers import worker_metrics_item as wi
 
+#: worker id -> (an item, what it decodes to): shared by the views of one table.
+DecodedCache = dict[str, tuple[dict[str, Any], wm.WorkerMetrics]]
+
 
 class MemoryWorkerMetrics:
     def __init__(
-        self, items: dict[str, dict[str, Any]] | None = None, totals: Counter[str] | None = None
+        self,
+        items: dict[str, dict[str, Any]] | None = None,
+        totals: Counter[str] | None = None,
+        decoded: DecodedCache | None = None,
     ) -> None:
         #: worker id -> item, as DynamoDB would hold it.
         self.items: dict[str, dict[str, Any]] = items if items is not None else {}
+        #: Each readable item once decoded: a scan decodes only the items written since the
+        #: last one (every worker of a fleet scans every entry). Items are replaced, never
+        #: changed in place, so an entry holds while its item is the one stored.
+        self.decoded: DecodedCache = decoded if decoded is not None else {}
         #: Calls made through this view, by operation.
         self.calls: Counter[str] = Counter()
         #: Calls through every view of the same table, by operation, and ``items_read`` (the
@@ -29,7 +39,7 @@ class MemoryWorkerMetrics:
 
     def shared(self) -> MemoryWorkerMetrics:
         """Another worker's view of the same table."""
-        return MemoryWorkerMetrics(self.items, self.totals)
+        return MemoryWorkerMetrics(self.items, self.totals, self.decoded)
 
     def _tally(self, op: str) -> None:
         """Count ``op`` for this view and for the fleet (``totals``)."""
@@ -51,9 +61,20 @@ class MemoryWorkerMetrics:
     async def list_workers(self) -> wi.DecodedEntries:
         self._tally("list_workers")
         self.totals["items_read"] += len(self.items)
-        decoded = wi.decode_items(list(self.items.values()))
-        self.corrupt_seen += len(decoded.corrupt)
-        return decoded
+        entries: list[wm.WorkerMetrics] = []
+        corrupt: list[wi.CorruptWorkerMetricsError] = []
+        for worker_id, item in self.items.items():
+            known = self.decoded.get(worker_id)
+            if known is not None and known[0] is item:
+                entries.append(known[1])
+                continue
+            one = wi.decode_items((item,))
+            corrupt.extend(one.corrupt)
+            for entry in one.entries:
+                self.decoded[worker_id] = (item, entry)
+                entries.append(entry)
+        self.corrupt_seen += len(corrupt)
+        return wi.DecodedEntries(tuple(entries), tuple(corrupt))
 
     async def get(self, worker_id: str) -> wm.WorkerMetrics | None:
         self._tally("get")  # one item at most: ``items_read`` counts the scans' items
@@ -67,4 +88,5 @@ class MemoryWorkerMetrics:
             if item is None or item.get(wi.HEARTBEAT) != {"N": str(heartbeat)}:
                 return False
         self.items.pop(worker_id, None)
+        self.decoded.pop(worker_id, None)
         return True

@@ -95,6 +95,9 @@ class HeldLeases(Mapping[str, HeldLease]):
         self.listener = listener
         self.now = clock
         self._held: dict[str, HeldLease] = {}
+        #: Bumped whenever a lease is added or dropped: the renewer re-reads the held leases
+        #: only when it changed.
+        self.version = 0
         self._locks: weakref.WeakKeyDictionary[HeldLease, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -142,6 +145,7 @@ class HeldLeases(Mapping[str, HeldLease]):
         """Hold a lease just taken or stolen, or handed to us (counted as a take, a steal, or
         not at all: a leader's assignment); an ACTIVE one starts its pipeline."""
         self._held[held.key] = held
+        self.version += 1
         if counted_as is not None:
             family = self.metrics.takes if counted_as == "take" else self.metrics.steals
             family.labels(*self.labels).inc()
@@ -164,6 +168,7 @@ class HeldLeases(Mapping[str, HeldLease]):
     def _drop(self, held: HeldLease) -> None:
         if self._held.get(held.key) is held:
             del self._held[held.key]
+            self.version += 1
         self.update_gauge()
 
     # -- losing, stopping, releasing ------------------------------------------------------

@@ -184,27 +184,26 @@ class LeaseRenewals:
         report_due = now()
         reporting: asyncio.Task[None] | None = None
         in_flight: set[str] = set()
-        # key -> (the handle scheduled, when its renewal is due): a lease lost and taken again
-        # is a new handle, scheduled afresh.
-        schedule: dict[str, tuple[HeldLease, float]] = {}
+        # key -> the handle scheduled (a lease lost and taken again is a new handle, scheduled
+        # afresh), and key -> when its renewal is due; the two in the same key order.
+        handles: dict[str, HeldLease] = {}
+        due_at: dict[str, float] = {}
+        synced: int | None = None  # the held leases' version the schedule follows
         async with asyncio.TaskGroup() as renewing:
             while True:
                 started = now()
-                for key in [k for k in schedule if k not in self.held]:
-                    del schedule[key]
-                for key, held in self.held.items():
-                    entry = schedule.get(key)
-                    if entry is None or entry[0] is not held:
-                        first = first_renewal_due(key, started, self.interval)
-                        schedule[key] = (held, first)
-                due, wake = renewals_due(
-                    {k: at for k, (_, at) in schedule.items() if k not in in_flight},
-                    started,
-                    self.interval,
+                if synced != self.held.version:
+                    synced = self.held.version
+                    self._follow_held(handles, due_at, started)
+                waiting = (
+                    {k: at for k, at in due_at.items() if k not in in_flight}
+                    if in_flight
+                    else due_at
                 )
+                due, wake = renewals_due(waiting, started, self.interval)
                 for key in due:
-                    held, at = schedule[key]
-                    schedule[key] = (held, renewal_round_due(at, self.interval, started))
+                    held, at = handles[key], due_at[key]
+                    due_at[key] = renewal_round_due(at, self.interval, started)
                     in_flight.add(key)
                     renewing.create_task(self._renew_scheduled(held, at, in_flight))
                 if self.presence.heartbeat_interval is None:
@@ -214,6 +213,19 @@ class LeaseRenewals:
                         report_due = renewal_round_due(report_due, self.interval, started)
                     wake = min(wake, report_due)
                 await asyncio.sleep(max(0.0, wake - now()))
+
+    def _follow_held(
+        self, handles: dict[str, HeldLease], due_at: dict[str, float], now: float
+    ) -> None:
+        """Bring the renewal schedule in line with the held leases: a lease no longer held is
+        dropped, one newly held (or lost and taken again: a new handle) is first due at its
+        next slot."""
+        for key in [k for k in handles if k not in self.held]:
+            del handles[key], due_at[key]
+        for key, held in self.held.items():
+            if handles.get(key) is not held:
+                handles[key] = held
+                due_at[key] = first_renewal_due(key, now, self.interval)
 
     async def _renew_scheduled(self, held: HeldLease, due: float, in_flight: set[str]) -> None:
         try:

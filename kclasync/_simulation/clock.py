@@ -31,7 +31,7 @@ import math
 import selectors
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
@@ -68,43 +68,42 @@ class _VirtualSelector(selectors.BaseSelector):
         self._polls = 0
         #: Files registered by the loop itself (its self-pipe), set by ``VirtualTimeLoop``.
         self.own_files = 0
+        #: Files registered now (kept here: the idle turn asks at every timer).
+        self._files = 0
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._inner.register(fileobj, events, data)
+        key = self._inner.register(fileobj, events, data)
+        self._files += 1
+        return key
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        return self._inner.unregister(fileobj)
+        key = self._inner.unregister(fileobj)
+        self._files -= 1
+        return key
 
     def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         return self._inner.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        return self.poll_or_advance(self._busy(), timeout, self._next_timer)
+        return self.poll_or_advance(self._busy(), timeout, self._next_timer())
 
     def poll_or_advance(
-        self, busy: bool, timeout: float | None, next_timer: Callable[[], float | None]
+        self, busy: bool, timeout: float | None, next_timer: float | None
     ) -> list[tuple[selectors.SelectorKey, int]]:
-        """What ``select`` does, for a loop that knows whether it is busy (callbacks ready)."""
-        self._polls += 1
-        if (
-            self._deadline is not None
-            and not self._polls & 0xFFF
-            and time.monotonic() > self._deadline
-        ):
-            raise WallTimeExceeded(
-                f"virtual-time loop: wall-time limit exceeded at virtual {self._clock.now:.1f}s"
-            )
+        """What ``select`` does, for a loop that knows whether it is busy (callbacks ready)
+        and when its first timer is due (``next_timer``; None: no timer)."""
+        if busy:
+            return self.poll_busy()
+        self._count_turn()
         # Real I/O is polled every 64th turn, and before the clock moves whenever a file
         # other than the loop's self-pipe is registered: a poll per turn was a system call
         # per timer, ~5 % of a large simulation. The self-pipe needs no poll before the clock
         # moves: ``call_soon_threadsafe`` queues its callback (making the loop busy) before
         # it writes the byte that would only wake a waiting loop, and this loop never waits.
         # Before a Deadlock is declared, always.
-        poll = not self._polls & 0x3F or (
-            not busy and (timeout is None or len(self._inner.get_map()) > self.own_files)
-        )
+        poll = not self._polls & 0x3F or timeout is None or self._files > self.own_files
         events = self._inner.select(0) if poll else []
-        if events or busy:
+        if events:
             return events
         if timeout is None:
             raise Deadlock(
@@ -114,12 +113,30 @@ class _VirtualSelector(selectors.BaseSelector):
         # Move just past the next timer's deadline (timers fire once the clock has passed
         # them; see VirtualTimeLoop). Computing ``now + (when - now)`` instead can land one
         # float step short, and code that then sleeps the remaining step would spin.
-        when = next_timer()
+        when = next_timer
         if when is None or when - self._clock.now > timeout:
             self._clock.advance(timeout)  # a capped select timeout; the loop asks again
         else:
             self._clock.advance_to(math.nextafter(max(when, self._clock.now), math.inf))
         return []
+
+    def poll_busy(self) -> list[tuple[selectors.SelectorKey, int]]:
+        """``poll_or_advance`` for a busy loop: the clock stays, real I/O is polled every
+        64th turn."""
+        self._count_turn()
+        return [] if self._polls & 0x3F else self._inner.select(0)
+
+    def _count_turn(self) -> None:
+        """Count a loop turn, and every 4096th check the wall-time limit."""
+        self._polls += 1
+        if (
+            self._deadline is not None
+            and not self._polls & 0xFFF
+            and time.monotonic() > self._deadline
+        ):
+            raise WallTimeExceeded(
+                f"virtual-time loop: wall-time limit exceeded at virtual {self._clock.now:.1f}s"
+            )
 
     def close(self) -> None:
         self._inner.close()
@@ -156,6 +173,39 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         # time ever moving. So timers fire only once the virtual clock has reached them.
         self._clock_resolution = 0.0
 
+    def call_soon(  # type: ignore[override]
+        self,
+        callback: Callable[..., object],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        """asyncio's ``call_soon``, its ``_call_soon`` step written in: every task wake-up
+        comes through here."""
+        loop: Any = self  # asyncio's private loop state, as base_events keeps it
+        loop._check_closed()
+        if loop._debug:
+            loop._check_thread()
+            loop._check_callback(callback, "call_soon")
+        handle = asyncio.Handle(callback, args, self, context)
+        state: Any = handle  # its private fields, as base_events reads them
+        if state._source_traceback:
+            del state._source_traceback[-1]
+        loop._ready.append(handle)
+        return handle
+
+    def call_later(  # type: ignore[override]
+        self,
+        delay: float,
+        callback: Callable[..., object],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """asyncio's ``call_later`` (``call_at(time() + delay)``), with the clock read
+        directly: every ``asyncio.sleep`` comes through here."""
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self._schedule(self.clock.now + delay, callback, args, context)
+
     def call_at(  # type: ignore[override]
         self,
         when: float,
@@ -172,17 +222,28 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         """
         if when is None:
             raise TypeError("when cannot be None")
+        return self._schedule(when, callback, args, context)
+
+    def _schedule(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+    ) -> asyncio.TimerHandle:
+        """The timer of ``call_at`` and ``call_later``, pushed onto the heap."""
         loop: Any = self  # asyncio's private loop state, as base_events keeps it
         loop._check_closed()
         if loop._debug:
             loop._check_thread()
             loop._check_callback(callback, "call_at")
-        timer: Any = asyncio.TimerHandle(when, callback, args, self, context)
-        if timer._source_traceback:
-            del timer._source_traceback[-1]
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        state: Any = timer  # its private fields, as base_events sets them
+        if state._source_traceback:
+            del state._source_traceback[-2:]  # this method and call_at or call_later
         heapq.heappush(loop._scheduled, (when, timer))
-        timer._scheduled = True
-        return cast(asyncio.TimerHandle, timer)
+        state._scheduled = True
+        return timer
 
     def _run_once(self) -> None:
         """One turn of asyncio's ``BaseEventLoop._run_once``, step for step (cancelled timers
@@ -190,7 +251,59 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         run in order), over the ``(when, timer)`` heap of ``call_at`` and with the virtual
         selector's decision called directly: a turn per timer and per wake-up is most of a
         large simulation's loop overhead. Debug mode's slow-callback warning is left out: no
-        virtual time passes while a callback runs."""
+        virtual time passes while a callback runs.
+
+        While callbacks are ready afterwards (a timer's callback woke a task, a task woke
+        another), the next turns run here too, each still step for step (cancelled timers,
+        I/O every 64th turn, timers due, the callbacks ready at its start) but without going
+        back through ``run_forever``: such a turn cannot move the clock. Back there only once
+        nothing is ready, or ``stop()`` was called (``run_forever`` then stops, as after any
+        turn)."""
+        loop: Any = self  # asyncio's private loop state, as base_events keeps it
+        scheduled = self._drop_cancelled_timers()
+        ready: collections.deque[Any] = loop._ready
+        clock = self.clock
+        virtual = self._virtual
+        busy = bool(ready) or loop._stopping
+        timeout: float | None = None
+        if busy:
+            timeout = 0
+        elif scheduled:
+            timeout = min(max(0, scheduled[0][0] - clock.now), _MAX_SELECT_TIMEOUT)
+        events = virtual.poll_or_advance(busy, timeout, scheduled[0][0] if scheduled else None)
+        popleft = ready.popleft
+        while True:
+            if events:
+                loop._process_events(events)
+            end_time = clock.now  # the clock resolution is 0
+            while scheduled:
+                if scheduled[0][0] >= end_time:
+                    break
+                handle = heapq.heappop(scheduled)[1]
+                handle._scheduled = False
+                ready.append(handle)
+            debug = loop._debug
+            for _ in range(len(ready)):
+                handle = popleft()
+                if handle._cancelled:
+                    continue
+                if debug:
+                    try:
+                        loop._current_handle = handle
+                        handle._run()
+                    finally:
+                        loop._current_handle = None
+                else:
+                    handle._run()
+            if not ready or loop._stopping:
+                return
+            scheduled = self._drop_cancelled_timers()
+            events = virtual.poll_busy()
+
+    def _drop_cancelled_timers(self) -> list[tuple[float, Any]]:
+        """The first step of a turn, as asyncio's: drop cancelled timers from the heap (all
+        of them when over half of more than 100 are cancelled, else those at its top);
+        returns the heap."""
         loop: Any = self  # asyncio's private loop state, as base_events keeps it
         scheduled: list[tuple[float, Any]] = loop._scheduled
         count = len(scheduled)
@@ -208,38 +321,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             while scheduled and scheduled[0][1]._cancelled:
                 loop._timer_cancelled_count -= 1
                 heapq.heappop(scheduled)[1]._scheduled = False
-        ready: collections.deque[Any] = loop._ready
-        clock = self.clock
-        busy = bool(ready) or loop._stopping
-        timeout: float | None = None
-        if busy:
-            timeout = 0
-        elif scheduled:
-            timeout = min(max(0, scheduled[0][0] - clock.now), _MAX_SELECT_TIMEOUT)
-        events = self._virtual.poll_or_advance(busy, timeout, self._next_timer)
-        if events:
-            loop._process_events(events)
-        end_time = clock.now  # the clock resolution is 0
-        while scheduled:
-            if scheduled[0][0] >= end_time:
-                break
-            handle = heapq.heappop(scheduled)[1]
-            handle._scheduled = False
-            ready.append(handle)
-        popleft = ready.popleft
-        debug = loop._debug
-        for _ in range(len(ready)):
-            handle = popleft()
-            if handle._cancelled:
-                continue
-            if debug:
-                try:
-                    loop._current_handle = handle
-                    handle._run()
-                finally:
-                    loop._current_handle = None
-            else:
-                handle._run()
+        return scheduled
 
     def _busy(self) -> bool:
         return bool(getattr(self, "_ready", ())) or bool(getattr(self, "_stopping", False))

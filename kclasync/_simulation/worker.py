@@ -23,7 +23,7 @@ from kclasync._adapters.memory import (
     MemoryStream,
     MemoryStreamClient,
 )
-from kclasync._adapters.memory_worker_metrics import MemoryWorkerMetrics
+from kclasync._adapters.memory_worker_metrics import DecodedCache, MemoryWorkerMetrics
 from kclasync._adapters.protocols import GetRecordsResult, ShardFilter, StartingPosition
 from kclasync._consumer import Consumer
 from kclasync._core.leases.lease import Lease
@@ -96,9 +96,13 @@ class SimWorkerRegistry(MemoryWorkerMetrics):
     """A worker's view of the shared worker registry, gated by its pause."""
 
     def __init__(
-        self, items: dict[str, dict[str, Any]], worker: SimWorker, totals: Counter[str]
+        self,
+        items: dict[str, dict[str, Any]],
+        worker: SimWorker,
+        totals: Counter[str],
+        decoded: DecodedCache,
     ) -> None:
-        super().__init__(items, totals)
+        super().__init__(items, totals, decoded)
         self.worker = worker
 
     async def report(self, metrics: WorkerMetrics) -> None:
@@ -144,7 +148,7 @@ class SimLeaseStore(MemoryLeaseStore):
     def worker_registry(self) -> MemoryWorkerMetrics:
         """The shared registry, gated by the pause too: a paused worker writes nothing."""
         shared = self.table.worker_metrics
-        return SimWorkerRegistry(shared.items, self.worker, shared.totals)
+        return SimWorkerRegistry(shared.items, self.worker, shared.totals, shared.decoded)
 
     def _store(self, lease: Lease) -> Lease:
         old = self.table.leases.get(lease.key)

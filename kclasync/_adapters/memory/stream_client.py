@@ -46,15 +46,9 @@ class _Iterator:
 
     def encode(self) -> str:
         min_arrival = "" if self.min_arrival is None else repr(self.min_arrival)
-        return "|".join(
-            (
-                _ITERATOR_PREFIX,
-                self.stream,
-                self.shard_id,
-                str(self.start),
-                min_arrival,
-                repr(self.created),
-            )
+        return (
+            f"{_ITERATOR_PREFIX}|{self.stream}|{self.shard_id}|{self.start}|{min_arrival}"
+            f"|{self.created!r}"
         )
 
     @classmethod
@@ -101,6 +95,9 @@ class MemoryStreamClient:
         self.reads: Counter[str] = Counter()
         self.writes: Counter[str] = Counter()
         self.records_returned = 0
+        #: (stream, shard) -> the last iterator issued for it, and its token: the next call
+        #: almost always brings that token back, which then needs no parsing.
+        self._issued: dict[tuple[str, str], tuple[str, _Iterator]] = {}
 
     # -- streams and producers -------------------------------------------------------------
 
@@ -180,7 +177,7 @@ class MemoryStreamClient:
                 assert position.timestamp is not None  # StartingPosition guarantees it
                 min_arrival = found.to_loop_time(position.timestamp)
             start = found._iterator_start(position)
-            return _Iterator(stream, shard_id, start, min_arrival, loop_time()).encode()
+            return self._issue(_Iterator(stream, shard_id, start, min_arrival, loop_time()))
 
         return await with_faults(self.faults, "get_shard_iterator", apply)
 
@@ -192,7 +189,7 @@ class MemoryStreamClient:
             raise ValueError(f"limit must be in 1..{MAX_GET_RECORDS_LIMIT}, not {limit}")
 
         def apply() -> GetRecordsResult:
-            it = _Iterator.decode(iterator)
+            it = self._parse(stream, shard_id, iterator)
             if it.stream != stream or it.shard_id != shard_id:
                 raise ValueError(
                     f"iterator is for {it.stream}/{it.shard_id}, not {stream}/{shard_id}"
@@ -216,7 +213,19 @@ class MemoryStreamClient:
             if not state.shard.is_open and last == len(state.records):
                 return GetRecordsResult(batch, None, behind, found.children(shard_id))
             start = state.sequences[last - 1] + 1 if batch else it.start
-            next_it = _Iterator(stream, shard_id, start, it.min_arrival, now).encode()
+            next_it = self._issue(_Iterator(stream, shard_id, start, it.min_arrival, now))
             return GetRecordsResult(batch, next_it, behind)
 
         return await with_faults(self.faults, "get_records", apply)
+
+    def _issue(self, it: _Iterator) -> str:
+        token = it.encode()
+        self._issued[(it.stream, it.shard_id)] = (token, it)
+        return token
+
+    def _parse(self, stream: str, shard_id: str, token: str) -> _Iterator:
+        """The iterator a token stands for (the last one issued for the shard, or parsed)."""
+        issued = self._issued.get((stream, shard_id))
+        if issued is not None and issued[0] == token:
+            return issued[1]
+        return _Iterator.decode(token)
