@@ -44,7 +44,9 @@ ARROW_CHUNK = 4096
 
 class ShardPartition(InputPartition):
     """One shard of one batch: read on an executor. ``consumer_arn``: the stream consumer the
-    driver registered for this query (enhanced fan-out), else None (GetRecords)."""
+    driver registered for this query (enhanced fan-out), else None (GetRecords). ``iterator``:
+    the shard iterator at ``start`` the driver's probe took, if it probed the shard (the read
+    uses it first, instead of a GetShardIterator of its own, until it expires)."""
 
     def __init__(
         self,
@@ -58,6 +60,7 @@ class ShardPartition(InputPartition):
         timestamp: str | None,
         until: str | None,
         consumer_arn: str | None = None,
+        iterator: str | None = None,
     ) -> None:
         super().__init__(shard_id)
         self.options = options
@@ -69,6 +72,7 @@ class ShardPartition(InputPartition):
         self.timestamp = timestamp
         self.until = until
         self.consumer_arn = consumer_arn
+        self.iterator = iterator
 
 
 class ShardGroupPartition(InputPartition):
@@ -186,6 +190,7 @@ async def _read_partition(
             fail_on_data_loss=opts.fail_on_data_loss,
             pages=pages,
             page_size=opts.max_records_per_fetch,
+            iterator=p.iterator if pages is None else None,
         )
 
     if recorded_all is None:
