@@ -19,19 +19,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from kclasync.testing.emulators import LocalAws, moto_process
 
 # Run as a script: its directory is on the path.
-from spark_probes import ServerCpu  # isort: skip
+from spark_probes import ServerCpu, _descendants  # isort: skip
 from spark_throughput import backlog, plain_loop, source_run, start_session  # isort: skip
 
 TABLE = "calls-probe"
@@ -128,6 +131,22 @@ async def call_costs(local: LocalAws, stream: str, n: int, cpu: ServerCpu) -> di
     return costs
 
 
+@contextlib.contextmanager
+def sampled(out: str) -> Iterator[None]:
+    """py-spy (``uvx py-spy record``) on the executors' Python daemon and its workers."""
+    daemon = next(pid for pid, what in _descendants().items() if what == "pyspark.daemon")
+    cmd = ["uvx", "py-spy", "record", "--pid", str(daemon), "--subprocesses", "--idle"]
+    cmd += ["--format", "raw", "--rate", "200", "--nonblocking", "-o", out]
+    spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(2.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        _, err = spy.communicate(timeout=60)
+        print(f"py-spy: {err.decode(errors='replace').strip()[-300:]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -136,6 +155,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--group", type=int, default=32, help="shardsPerTask of the timed query")
     parser.add_argument("--calls", type=int, default=200, help="calls timed per kind")
+    parser.add_argument(
+        "--pyspy",
+        metavar="FILE",
+        help="also run one more query (on a second stream like the first) with py-spy sampling "
+        "the executors' Python workers, idle time included; collapsed stacks to FILE",
+    )
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -151,6 +176,10 @@ def main() -> None:
                 query = counted(
                     local, lambda: source_run(spark, local, "calls", tmp, "noop", 2, args.group)
                 )
+                if args.pyspy:
+                    asyncio.run(backlog(local, "profiled", args.shards, args.records, args.records))
+                    with sampled(args.pyspy):
+                        source_run(spark, local, "profiled", tmp, "noop", 3, args.group)
             finally:
                 spark.stop()
             cpu = ServerCpu()
