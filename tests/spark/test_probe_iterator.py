@@ -1,7 +1,7 @@
 """The shard iterator the driver's probe takes is handed to the batch's read of that shard: the
 read makes no GetShardIterator of its own while the iterator is fresh, reads exactly what it
 would have read without it (from the stream's start and from inside the shard), and once the
-iterator has expired takes a new one at the same start (moto's server)."""
+iterator has expired takes a new one at the same start (moto's server and kinesis-local)."""
 
 from __future__ import annotations
 
@@ -50,12 +50,15 @@ class Iterators:
         return getattr(self.client, name)
 
 
+@pytest.mark.parametrize("backend", ["moto", "kinesis"])
 @pytest.mark.parametrize("inside", [False, True], ids=["trim-horizon", "after-a-record"])
 def test_a_read_uses_the_probes_iterator_until_it_expires(
-    moto: LocalAws, unique_name: str, inside: bool
+    request: pytest.FixtureRequest, backend: str, unique_name: str, inside: bool
 ) -> None:
+    local: LocalAws = request.getfixturevalue(backend)
+
     async def go() -> None:
-        async with aws_for(moto, unique_name) as aws:
+        async with aws_for(local, unique_name) as aws:
             await aws.create_stream(1)
             await aws.produce(30)
             [shard] = await aws.stream.list_shards(unique_name)
