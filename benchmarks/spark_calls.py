@@ -116,7 +116,7 @@ async def call_costs(local: LocalAws, stream: str, n: int, cpu: ServerCpu) -> di
             ),
         }
         for name, call in kinds.items():
-            await call(0)
+            await call(-1)
             await asyncio.sleep(0.05)
             started = time.monotonic()
             for i in range(n):
@@ -161,7 +161,18 @@ def main() -> None:
         help="also run one more query (on a second stream like the first) with py-spy sampling "
         "the executors' Python workers, idle time included; collapsed stacks to FILE",
     )
+    parser.add_argument(
+        "--costs-only", action="store_true", help="only time each kind of call (no Spark)"
+    )
     args = parser.parse_args()
+    if args.costs_only:
+        with moto_process(timeout=120) as local:
+            asyncio.run(backlog(local, "calls", 1, 100))
+            cpu = ServerCpu()
+            print(f"moto's time per call ({args.calls} sequential calls each):")
+            asyncio.run(call_costs(local, "calls", args.calls, cpu))
+            cpu.stop()
+        return
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,6 +10,7 @@ import pathlib
 from typing import Any
 
 import pytest
+from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 import kclasync.spark.worker_io as worker_module
@@ -106,6 +107,9 @@ def test_the_planned_reads_carry_the_probes_iterators(
         parts = reader.partitions(start, end)
         assert len(parts) == 2
         assert all(isinstance(p, ShardPartition) and p.iterator for p in parts)
+        # Spark pickles the partitions to the executors: the iterator goes with them.
+        shipped = cloudpickle.loads(cloudpickle.dumps(parts))
+        assert [p.iterator for p in shipped] == [p.iterator for p in parts]
         # A reader that did not plan the batch (a restarted driver replaying it) hands none.
         other = KinesisStreamReader(opts)
         try:
