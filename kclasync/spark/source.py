@@ -320,7 +320,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 timestamp=offset.timestamp,
                 until=offset.until,
                 consumer_arn=consumer_arn,
-                iterator=self._iterators.get((sid, pos.position)),
+                iterator=None if consumer_arn else self._iterators.get((sid, pos.position)),
             )
             for sid, pos in sorted(offset.shards.items())
             if pos.quota > 0
