@@ -86,7 +86,8 @@ class ShardCursor:
                 log.info("%s on %s failed (%s); retrying in %.2fs", what, self.shard_id, exc, delay)
                 await asyncio.sleep(delay)
 
-    async def _fresh_iterator(self) -> str:
+    async def fresh_iterator(self) -> str:
+        """A new iterator where the next read starts (the start, or after the last record)."""
         position = (
             StartingPosition(IteratorType.AFTER_SEQUENCE_NUMBER, self.last_sequence)
             if self.last_sequence is not None
@@ -111,7 +112,7 @@ class ShardCursor:
         """
         while True:
             if self.iterator is None:
-                self.iterator = await self._fresh_iterator()
+                self.iterator = await self.fresh_iterator()
             try:
                 result = await self._retrying(
                     "GetRecords", functools.partial(self._get_records, self.iterator, limit)

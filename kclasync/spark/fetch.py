@@ -171,11 +171,18 @@ class _After:
 
 
 def _cursor(
-    client: StreamClient, stream: str, shard_id: str, start: StartingPosition
+    client: StreamClient,
+    stream: str,
+    shard_id: str,
+    start: StartingPosition,
+    iterator: str | None = None,
 ) -> ShardCursor:
     """The workers' shard reader, with a bounded number of retries (a Spark task should fail
-    and be retried by Spark rather than hang)."""
-    return ShardCursor(client, stream, shard_id, start, backoff=0.1, max_backoff=5.0, attempts=8)
+    and be retried by Spark rather than hang). ``iterator``: one already taken at ``start``
+    (used first; once it expires the cursor takes a new one at ``start``)."""
+    cursor = ShardCursor(client, stream, shard_id, start, backoff=0.1, max_backoff=5.0, attempts=8)
+    cursor.iterator = iterator
+    return cursor
 
 
 class Pages(Protocol):
@@ -211,6 +218,7 @@ async def read_shard(
     fail_on_data_loss: bool = True,
     pages: PageSource | None = None,
     page_size: int = MAX_PAGE,
+    iterator: str | None = None,
 ) -> ShardRead:
     """Read ``shard_id`` from ``start`` for one batch.
 
@@ -223,13 +231,15 @@ async def read_shard(
     ``pages``: where the records come from (default: GetRecords through the workers' shard
     cursor; ``kclasync.spark.fanout_pages`` gives SubscribeToShard events as pages).
     ``page_size``: the most records asked for per call (``maxRecordsPerFetch``).
+    ``iterator``: a shard iterator the driver's probe took at ``start`` (GetRecords only; saves
+    the read's GetShardIterator while it is fresh).
     """
     position = starting_position(start, timestamp)
     if position is None:
         return ShardRead([], replay or ShardProgress(0, SHARD_END, ended=True))
     stack = contextlib.AsyncExitStack()
     if pages is None:
-        cursor: Pages = _cursor(client, stream, shard_id, position)
+        cursor: Pages = _cursor(client, stream, shard_id, position, iterator)
     else:
         cursor = await stack.enter_async_context(pages(position))
     after = _After(start)
@@ -326,15 +336,21 @@ async def has_new_records(
     *,
     timestamp: datetime | None = None,
     until: datetime | None = None,
+    iterators: dict[str, str] | None = None,
 ) -> bool:
     """Whether a batch would read anything from ``start``: a record (that arrived by
-    ``until``), the shard's end, or a gap. One GetShardIterator and one small GetRecords."""
+    ``until``), the shard's end, or a gap. One GetShardIterator and one small GetRecords.
+    ``iterators``: where the iterator taken at ``start`` is kept, by shard, for the batch's
+    read of the shard (``read_shard``'s ``iterator``)."""
     position = starting_position(start, timestamp)
     if position is None:
         return False
     cursor = _cursor(client, stream, shard_id, position)
     after = _After(start)
     try:
+        cursor.iterator = await cursor.fresh_iterator()
+        if iterators is not None:
+            iterators[shard_id] = cursor.iterator
         result = await cursor.next(2)
     except ShardNotFoundError:
         return True  # the shard is gone: a batch records its end

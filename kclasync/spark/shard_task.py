@@ -10,6 +10,8 @@ Must not: plan batches or register stream consumers (the driver does, in
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 from collections.abc import Iterator
 from concurrent.futures import as_completed
@@ -42,7 +44,9 @@ ARROW_CHUNK = 4096
 
 class ShardPartition(InputPartition):
     """One shard of one batch: read on an executor. ``consumer_arn``: the stream consumer the
-    driver registered for this query (enhanced fan-out), else None (GetRecords)."""
+    driver registered for this query (enhanced fan-out), else None (GetRecords). ``iterator``:
+    the shard iterator at ``start`` the driver's probe took, if it probed the shard (the read
+    uses it first, instead of a GetShardIterator of its own, until it expires)."""
 
     def __init__(
         self,
@@ -56,6 +60,7 @@ class ShardPartition(InputPartition):
         timestamp: str | None,
         until: str | None,
         consumer_arn: str | None = None,
+        iterator: str | None = None,
     ) -> None:
         super().__init__(shard_id)
         self.options = options
@@ -67,6 +72,7 @@ class ShardPartition(InputPartition):
         self.timestamp = timestamp
         self.until = until
         self.consumer_arn = consumer_arn
+        self.iterator = iterator
 
 
 class ShardGroupPartition(InputPartition):
@@ -96,7 +102,13 @@ def arrow_batches(p: ShardPartition | ShardGroupPartition) -> Iterator[Any]:
     the same). The first failed read cancels the others, as does closing the iterator."""
     parts = p.parts if isinstance(p, ShardGroupPartition) else [p]
     io = worker_io()
-    reads = {io.submit(functools.partial(_read_partition, io, part)): part for part in parts}
+    recorded: concurrent.futures.Future[dict[str, ShardProgress]] | None = None
+    if len(parts) > 1:
+        # One read of the batch's progress for every shard of the task, not one per shard.
+        recorded = io.submit(functools.partial(_recorded, io, parts))
+    reads = {
+        io.submit(functools.partial(_read_partition, io, part, recorded)): part for part in parts
+    }
     try:
         for done in as_completed(reads):
             part = reads[done]
@@ -107,6 +119,8 @@ def arrow_batches(p: ShardPartition | ShardGroupPartition) -> Iterator[Any]:
     finally:
         for read in reads:
             read.cancel()
+        if recorded is not None:
+            recorded.cancel()
 
 
 def group_partitions(
@@ -142,7 +156,21 @@ async def _pages(io: WorkerIO, p: ShardPartition) -> PageSource | None:
     )
 
 
-async def _read_partition(io: WorkerIO, p: ShardPartition) -> list[Record]:
+async def _recorded(io: WorkerIO, parts: list[ShardPartition]) -> dict[str, ShardProgress]:
+    """What earlier attempts recorded for the shards of one task (all of one batch)."""
+    first = parts[0]
+    opts = first.options
+    store = await io.progress(opts.aws, opts.metadata_path, opts.progress_table)
+    return await store.get_batch(first.run, first.batch, [p.shard_id for p in parts])
+
+
+async def _read_partition(
+    io: WorkerIO,
+    p: ShardPartition,
+    recorded_all: concurrent.futures.Future[dict[str, ShardProgress]] | None = None,
+) -> list[Record]:
+    """Read ``p``; ``recorded_all``: the task's one read of its shards' progress (else this
+    shard's own is read)."""
     opts = p.options
     kinesis = await io.kinesis(opts.aws)
     store = await io.progress(opts.aws, opts.metadata_path, opts.progress_table)
@@ -162,9 +190,14 @@ async def _read_partition(io: WorkerIO, p: ShardPartition) -> list[Record]:
             fail_on_data_loss=opts.fail_on_data_loss,
             pages=pages,
             page_size=opts.max_records_per_fetch,
+            iterator=p.iterator if pages is None else None,
         )
 
-    recorded = await store.get(p.run, p.batch, p.shard_id)
+    if recorded_all is None:
+        recorded = await store.get(p.run, p.batch, p.shard_id)
+    else:
+        # Shielded: the read shared by the task's shards is not cancelled with one of them.
+        recorded = (await asyncio.shield(asyncio.wrap_future(recorded_all))).get(p.shard_id)
     result = await fetch(recorded)
     if recorded is None:
         # Record where this batch stops before Spark sees a row; a racing attempt may have won.

@@ -95,6 +95,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._drained: set[tuple[str, str]] = set()
         self._lease_state: dict[str, ShardPosition] | None = None
         self._consumer_arn: str | None = None
+        #: The last planning's probes: their shard iterators, by (shard, position), handed to
+        #: the batch's reads of those shards (each saves a GetShardIterator while fresh).
+        self._iterators: dict[tuple[str, str], str] = {}
 
     # Executors get a copy without the driver's clients.
     def __getstate__(self) -> dict[str, Any]:
@@ -241,6 +244,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             and (until is None or (sid, state[sid].position) not in self._drained)
         ]
 
+        iterators: dict[str, str] = {}
+
         async def probe() -> list[bool]:
             found, _ = await asyncio.gather(
                 asyncio.gather(
@@ -252,6 +257,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             state[sid].position,
                             timestamp=timestamp,
                             until=until,
+                            iterators=iterators,
                         )
                         for sid in unknown
                     )
@@ -261,6 +267,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return list(found)
 
         found = self._driver.run(probe)
+        self._iterators = {(sid, state[sid].position): it for sid, it in iterators.items()}
         if until is not None:
             self._drained |= {
                 (sid, state[sid].position)
@@ -313,6 +320,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 timestamp=offset.timestamp,
                 until=offset.until,
                 consumer_arn=consumer_arn,
+                iterator=None if consumer_arn else self._iterators.get((sid, pos.position)),
             )
             for sid, pos in sorted(offset.shards.items())
             if pos.quota > 0

@@ -6,6 +6,7 @@ server, no Spark session): one shard's read is held on an event until the test l
 from __future__ import annotations
 
 import asyncio
+import copy
 import pathlib
 import threading
 from collections.abc import Iterator
@@ -127,3 +128,54 @@ def test_closing_the_rows_cancels_the_reads(
     assert next(batches).num_rows > 0
     batches.close()  # Spark stops the task (a limit reached, or the task killed)
     assert held.cancelled.wait(WAIT)
+
+
+class CountingStore:
+    """A progress store that counts the reads a task makes."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.reads: dict[str, int] = {"get": 0, "get_batch": 0}
+
+    async def get(self, *args: Any) -> Any:
+        self.reads["get"] += 1
+        return await self.store.get(*args)
+
+    async def get_batch(self, *args: Any) -> Any:
+        self.reads["get_batch"] += 1
+        return await self.store.get_batch(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def test_a_task_reads_its_shards_progress_once_and_replays_what_was_recorded(
+    planned: tuple[list[int], ShardGroupPartition], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids, group = planned
+    io = worker_module.worker_io()
+    real = io.progress
+    counting: list[CountingStore] = []
+
+    async def progress(*args: Any) -> CountingStore:
+        if not counting:
+            counting.append(CountingStore(await real(*args)))
+        return counting[0]
+
+    monkeypatch.setattr(io, "progress", progress)
+    # An earlier attempt of this task recorded 5 records of the first shard (its quota was
+    # smaller): this attempt must hand over exactly those 5 for it, and the whole second shard.
+    earlier = copy.copy(group.parts[0])
+    earlier.quota = 5
+    recorded = task_module.read_partition(earlier)
+    assert len(recorded) == 5
+    counting[0].reads.update(get=0, get_batch=0)
+    by_shard: dict[str, list[int]] = {}
+    for batch in arrow_batches(group):
+        for shard, i in zip(batch.column("shardId").to_pylist(), _ids(batch), strict=True):
+            by_shard.setdefault(shard, []).append(i)
+    first, second = group.parts[0].shard_id, group.parts[1].shard_id
+    assert by_shard[first] == [orjson.loads(r.data)["id"] for r in recorded]
+    assert len(set(by_shard[second])) == len(by_shard[second])
+    assert len(set(ids) - set(by_shard[second])) > 5  # the first shard holds more than it replayed
+    assert counting[0].reads == {"get": 0, "get_batch": 1}  # one read for both shards
