@@ -119,6 +119,17 @@ class Retrier:
 _KINESIS_CLASSES = (OpClass.STREAM_META, OpClass.READ_RECORDS)
 
 
+def lock_short_term(config: ConsumerConfig) -> float | None:
+    """The failover time the leader lock's short term follows under ``config``, or None when
+    the short term is off (``core.lock_term.short_term_failover``): the elector writes that
+    term, and the lock's retry budget follows the pace it is written at."""
+    return short_term_failover(
+        config.failover_time,
+        leader_based=config.lease_taker.leader_based,
+        early_failover=config.early_failover,
+    )
+
+
 def worker_retrier(
     config: ConsumerConfig,
     metrics: ConsumerMetrics,
@@ -137,11 +148,7 @@ def worker_retrier(
         leader_heartbeat_interval=lock_interval(
             config.leader_heartbeat_interval,
             config.leader_lock_duration,
-            short_term_failover(
-                config.failover_time,
-                leader_based=config.lease_taker.leader_based,
-                early_failover=config.early_failover,
-            ),
+            lock_short_term(config),
         ),
     )
     retries = metrics.retries
@@ -329,6 +336,7 @@ __all__ = [
     "RetryingLeaseStore",
     "RetryingStreamClient",
     "RetryingWorkerRegistry",
+    "lock_short_term",
     "through_retrier",
     "worker_retrier",
 ]

@@ -27,7 +27,6 @@ from kclasync._core.assignment.lease_taker import LeaseTaker
 from kclasync._core.assignment.load_balancer import BalancerSettings
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.held_lease import HeldLease
-from kclasync._core.leases.lock_term import short_term_failover
 from kclasync._core.records.fanout_session import ResubscribePolicy
 from kclasync._runtime.assignment import assignment_tasks
 from kclasync._runtime.early_failover import EarlyFailover
@@ -47,6 +46,7 @@ from kclasync._runtime.retrying import (
     RetryingLeaseStore,
     RetryingStreamClient,
     RetryingWorkerRegistry,
+    lock_short_term,
     worker_retrier,
 )
 from kclasync._runtime.shard_supervisor import ShardSupervisor
@@ -278,11 +278,7 @@ def build_worker(
         heartbeat_interval=cfg.leader_heartbeat_interval,
         rng=spec.rng,
         # The short term of a kclasync-only fleet needs the leader's registry watch.
-        failover_time=short_term_failover(
-            cfg.failover_time,
-            leader_based=cfg.lease_taker.leader_based,
-            early_failover=cfg.early_failover,
-        ),
+        failover_time=lock_short_term(cfg),
         # The loop's clock, bound now: ``is_leader`` (and so ``Consumer.health``) is then
         # readable from any thread, e.g. a web framework's thread pool.
         clock=asyncio.get_running_loop().time,

@@ -28,7 +28,8 @@ from kclasync._config import ConsumerConfig, LeaseTakerKind
 from kclasync._core.assignment.lease_taker import LeaseTaker
 from kclasync._core.assignment.startup import settle_time
 from kclasync._processor import ProcessorFactory
-from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment
+from kclasync._runtime.assignment import LeaderAssignment
+from kclasync._runtime.assignment_discovery import AssignmentDiscovery
 from kclasync._runtime.early_failover import EarlyFailover
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.held import HeldLeases

@@ -14,17 +14,7 @@ from __future__ import annotations
 from kclasync._core.assignment.assignment_decisions import rebalance_step, throughputs_moving
 from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, Move, WorkerLoad
 from kclasync._core.assignment.load_balancer import plan_load_aware
-
-
-def _fleet(spec: dict[str, tuple[float, list[float]]]) -> FleetSnapshot:
-    leases: list[LeaseLoad] = []
-    workers: list[WorkerLoad] = []
-    for wid, (capacity, rates) in spec.items():
-        mine = [LeaseLoad(f"{wid}-{i}", wid, rate) for i, rate in enumerate(rates)]
-        leases += mine
-        cpu = sum(rates) * 100 / capacity
-        workers.append(WorkerLoad(wid, cpu_percent=cpu, capacity_kbps=capacity))
-    return FleetSnapshot(tuple(leases), tuple(workers))
+from tests.core.load_fleets import fleet_of
 
 
 def test_an_idle_newcomer_beside_a_fleet_in_band_is_given_one_lease_to_learn_from() -> None:
@@ -32,7 +22,7 @@ def test_an_idle_newcomer_beside_a_fleet_in_band_is_given_one_lease_to_learn_fro
     # The newcomer has reported no capacity; it learns it from one lease (a's 200 KB/s, the
     # heaviest within what brings the smallest worker to the level, 220 KB/s). Before, it was
     # then given b's 8 KB/s lease too, to fill that share: two moves where none was needed.
-    snapshot = _fleet(
+    snapshot = fleet_of(
         {
             "hot": (1400.0, [580.0]),
             "a": (1000.0, [29.0, 40.0, 200.0]),
@@ -51,7 +41,7 @@ def test_a_peak_is_brought_into_band_with_the_fewest_moves_not_by_levelling_pair
     # "a" with the lightest worker, pair by pair, sent its 600 KB/s lease to "b", filled "b"
     # above the band and took "b"'s leases back and on to "c": eight moves. Three reach the
     # band: the 600 to "c", which has room for it, and two of a's leases to "b".
-    snapshot = _fleet(
+    snapshot = fleet_of(
         {
             "a": (1000.0, [60.0, 150.0, 200.0, 600.0, 200.0]),
             "b": (2000.0, [40.0, 60.0, 60.0, 40.0]),
@@ -104,7 +94,7 @@ def test_a_hot_lease_goes_where_one_lease_back_makes_room_for_it() -> None:
     # tenths of a point. Given where the pair levels best (w2), it took three of w2's leases
     # back, one move each; the fewest give it to w3 and take w3's 110 KB/s lease back
     # (tuning medium seed 0's traffic change: six moves where three reach the band).
-    snapshot = _fleet(
+    snapshot = fleet_of(
         {
             "w0": (1000.0, [229.0, 64.0, 58.0, 47.0, 26.0, 21.0, 11.0]),
             "w1": (3000.0, [2049.0, 39.0, 32.0, 24.0, 16.0, 11.0, 10.0, 10.0]),

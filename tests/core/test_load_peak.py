@@ -9,35 +9,20 @@ from __future__ import annotations
 
 from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
-    LeaseLoad,
     LoadModel,
     Move,
     WorkerLoad,
     lease_throughputs,
 )
 from kclasync._core.assignment.load_balancer import peak_floor, plan_load_aware
-
-
-def _worker(wid: str, capacity: float, leases: list[LeaseLoad]) -> WorkerLoad:
-    cpu = sum(lease.throughput_kbps or 0.0 for lease in leases) * 100 / capacity
-    return WorkerLoad(wid, cpu_percent=cpu, capacity_kbps=capacity)
-
-
-def _fleet(spec: dict[str, tuple[float, list[float]]]) -> FleetSnapshot:
-    leases: list[LeaseLoad] = []
-    workers: list[WorkerLoad] = []
-    for wid, (capacity, rates) in spec.items():
-        mine = [LeaseLoad(f"{wid}-{i}", wid, rate) for i, rate in enumerate(rates)]
-        leases += mine
-        workers.append(_worker(wid, capacity, mine))
-    return FleetSnapshot(tuple(leases), tuple(workers))
+from tests.core.load_fleets import fleet_of
 
 
 def test_a_hot_lease_alone_above_the_band_is_a_peak_not_a_reason_to_level_the_rest() -> None:
     # "big" carries only the hot lease: 50 %, no worker could carry it lower. The others sit
     # at 30 % and 20 %: the fleet's level is 37.5 %, so "big" is far outside level + 10 %, but
     # moving leases from "a" to "b" does not lower the peak. Before, the planner did that.
-    snapshot = _fleet(
+    snapshot = fleet_of(
         {
             "big": (4000.0, [2000.0]),
             "a": (2000.0, [100.0] * 6),
@@ -52,7 +37,7 @@ def test_a_hot_lease_alone_above_the_band_is_a_peak_not_a_reason_to_level_the_re
 def test_a_worker_below_the_level_is_no_reason_to_move() -> None:
     # 32 / 32 / 26 %: the highest is 6.7 % above the level of 30 %, within the 10 % band; the
     # fleet is sized for 32 % whatever the third worker does. Before, 26 % < 27 % moved leases.
-    snapshot = _fleet(
+    snapshot = fleet_of(
         {
             "w1": (1000.0, [40.0] * 8),
             "w2": (1000.0, [40.0] * 8),
@@ -66,7 +51,7 @@ def test_the_level_is_weighted_by_capacity() -> None:
     # A small worker at 30 % and a large one at 40 %: the plain mean of 35 % puts the large one
     # 14 % above it, but spread by capacity the fleet runs at (300 + 1600) / 5000 = 38 %, and
     # 40 % is within 10 % of that. Before, the planner moved load onto the small worker.
-    snapshot = _fleet({"small": (1000.0, [30.0] * 10), "large": (4000.0, [40.0] * 40)})
+    snapshot = fleet_of({"small": (1000.0, [30.0] * 10), "large": (4000.0, [40.0] * 40)})
     model = LoadModel(snapshot, lease_throughputs(snapshot.leases))
     assert round(model.level(), 6) == 38.0
     assert plan_load_aware(snapshot).moves == ()
@@ -80,7 +65,7 @@ def test_a_newcomer_beside_a_fleet_within_the_target_band_is_not_given_leases() 
         f"w{i:02d}": (1000.0, [30.0] * 10) for i in range(24)
     }
     spec["new"] = (1000.0, [])
-    assert plan_load_aware(_fleet(spec)).moves == ()
+    assert plan_load_aware(fleet_of(spec)).moves == ()
 
 
 def test_a_newcomer_is_given_work_when_the_peak_is_above_the_target_band() -> None:
@@ -92,7 +77,7 @@ def test_a_newcomer_is_given_work_when_the_peak_is_above_the_target_band() -> No
         f"w{i:02d}": (1000.0, [30.0] * 10) for i in range(12)
     }
     spec["new"] = (1000.0, [])
-    plan = plan_load_aware(_fleet(spec))
+    plan = plan_load_aware(fleet_of(spec))
     assert len(plan.moves) == 9 and all(move.to_worker == "new" for move in plan.moves)
     assert len({move.from_worker for move in plan.moves}) == 9
 
@@ -102,7 +87,7 @@ def test_no_lease_moves_between_workers_below_the_peak() -> None:
     # (each 300 lifts a receiver to 70 %, and nobody has lighter leases to take back that
     # help). "b" at 55 % could give a 110 to "c" (51 %): the two are levelled, the fleet's peak
     # stays at 60 %. Before, the planner made that move; now a step only leaves the peak.
-    snapshot = _fleet(
+    snapshot = fleet_of(
         {
             "top": (1000.0, [300.0, 300.0]),
             "b": (1000.0, [110.0] * 5),
@@ -116,7 +101,7 @@ def test_no_lease_moves_between_workers_below_the_peak() -> None:
 def test_a_peak_still_above_the_floor_is_brought_down() -> None:
     # The hot lease sits with four others on "big": 70 %; alone it would be 50 %. The light
     # leases go, the hot one stays, and nothing else moves.
-    snapshot = _fleet(
+    snapshot = fleet_of(
         {
             "big": (4000.0, [2000.0, 200.0, 200.0, 200.0, 200.0]),
             "a": (2000.0, [100.0] * 6),
@@ -139,7 +124,7 @@ def test_a_hot_lease_is_offered_to_the_largest_worker_even_when_it_is_not_among_
         "big": (4000.0, [100.0] * 12),
     }
     spec |= {f"small{i:02d}": (1000.0, [100.0, 100.0]) for i in range(14)}
-    moves = plan_load_aware(_fleet(spec)).moves
+    moves = plan_load_aware(fleet_of(spec)).moves
     assert any(m.lease_key == "mid-0" and m.to_worker == "big" for m in moves), moves
 
 
@@ -149,7 +134,7 @@ def test_an_exchange_may_take_back_a_little_more_than_levels_the_pair() -> None:
     # or 210 given 350) leave r at 62 %, a point of gain for two leases moved. Giving 280 for
     # r's 210, a little more than 205, leaves 56 / 55 %: the optimum. Before, the planner only
     # took back what fits under the level, and stopped at 63 %.
-    snapshot = _fleet({"d": (1000.0, [350.0, 280.0]), "r": (1000.0, [210.0, 140.0, 130.0])})
+    snapshot = fleet_of({"d": (1000.0, [350.0, 280.0]), "r": (1000.0, [210.0, 140.0, 130.0])})
     moves = plan_load_aware(snapshot).moves
     assert {(m.lease_key, m.to_worker) for m in moves} == {("d-1", "r"), ("r-0", "d")}
 
@@ -161,7 +146,7 @@ def test_a_newcomer_priced_from_a_guess_still_learns_when_the_peak_cannot_move()
     # if it is a large worker the hot lease belongs there. So it still takes light leases from
     # the other workers (here two from "big", which then has room to take the hot lease in an
     # exchange).
-    snapshot = _fleet(
+    snapshot = fleet_of(
         {
             "hot": (3000.0, [1150.0]),
             "big": (4000.0, [100.0] * 14),
@@ -184,7 +169,7 @@ def test_an_idle_newcomer_priced_from_a_guess_gets_a_little_load_though_the_flee
     # can tell while it runs nothing. It takes what brings the smallest known worker (1000 KB/s)
     # to the level, 26.2 %: a's 236 KB/s lease. With idle newcomers simply waiting beside a
     # fleet in band, it stayed idle after a join (held-out-3 small seed 300: 2.4x, no move).
-    snapshot = _fleet(
+    snapshot = fleet_of(
         {
             "hot": (1400.0, [580.0]),
             "a": (1000.0, [29.0, 96.0, 236.0]),

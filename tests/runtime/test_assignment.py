@@ -15,7 +15,8 @@ from kclasync._config import LeaseTakerKind
 from kclasync._core.assignment.balanced_taker import BalancedLeaseTaker
 from kclasync._core.leases.lease import Lease
 from kclasync._core.leases.position import Checkpoint
-from kclasync._runtime.assignment import AssignmentDiscovery, LeaderAssignment
+from kclasync._runtime.assignment import LeaderAssignment
+from kclasync._runtime.assignment_discovery import AssignmentDiscovery
 from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.wiring import lease_coordinator
