@@ -109,8 +109,14 @@ def _hash_key(entry: dict[str, Any]) -> int:
 class ServiceLimits:
     """The limits' state (buckets, iterators, subscriptions) and what they answered."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(
+        self, limits: Limits | None = None, clock: Callable[[], float] | None = None
+    ) -> None:
         self.limits = limits or Limits()
+        #: Where the limits read the time: the running loop's clock unless a test gives its
+        #: own (a clock the test moves makes the buckets' answers independent of how fast
+        #: the machine sends the requests).
+        self._clock = clock
         #: Limit answers given, by limit: get_records_rate, get_records_bytes, put_records
         #: (entries refused), put_record, expired_iterator, subscribe_in_use, subscribe_rate.
         self.answers: Counter[str] = Counter()
@@ -125,6 +131,9 @@ class ServiceLimits:
         self._subscribed: dict[tuple[str, str], float] = {}
         self._subscribe_attempts: dict[tuple[str, str], float] = {}
         self._shards: dict[str, tuple[float, ShardRanges]] = {}
+
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
 
     def _note(self, kind: str, now: float, count: int = 1) -> None:
         self.answers[kind] += count
@@ -159,7 +168,7 @@ class ServiceLimits:
 
     async def before(self, operation: str, body: bytes) -> Decision:
         self.calls[operation] += 1
-        now = asyncio.get_running_loop().time()
+        now = self._now()
         if operation not in _LIMITED:
             return Decision(operation)
         doc = orjson.loads(body)
@@ -270,7 +279,7 @@ class ServiceLimits:
         the answer. Returns the answer to send."""
         if status != 200 or decision.answer is not None:
             return body
-        now = asyncio.get_running_loop().time()
+        now = self._now()
         op = decision.operation
         if op == "GetShardIterator" and decision.shard is not None:
             iterator = orjson.loads(body).get("ShardIterator")
