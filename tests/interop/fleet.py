@@ -39,6 +39,7 @@ KEYS = 53
 KCLASYNC_CONFIG: Mapping[str, Any] = {
     "lease_taker": "kcl3",
     "failover_time": 3.0,
+    "assignment_interval": 2.0,  # as leaseAssignmentIntervalMillis on the Java side
     "initial_position": "TRIM_HORIZON",
     "idle_time_between_reads": 0.2,
     "shard_sync_interval": 5.0,

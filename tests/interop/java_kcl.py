@@ -38,13 +38,18 @@ PARSE_FAILURES = (
     "Leases that failed deserialization",
 )
 
-#: Timings shortened so that a scenario runs in tens of seconds. Lease assignment runs every
-#: 2 x failoverTimeMillis; worker metrics are reported every workerMetricsReporterFreqInMillis.
+#: Timings shortened so that a scenario runs in tens of seconds. A leader's lease assignment
+#: runs every leaseAssignmentIntervalMillis (by default 2 x failoverTimeMillis, 6 s here; its
+#: first run on a new worker finds no worker metrics yet, so a worker alone first read a lease
+#: a whole interval later); worker metrics are reported every workerMetricsReporterFreqInMillis.
+#: Not configurable: the leader lock's leaseDuration (120 s) and the 30 s heartbeat, which is
+#: also how often a worker that is not the leader looks at the lock.
 FAST_PROPERTIES: Mapping[str, str] = {
     "initialPositionInStream": "TRIM_HORIZON",
     "metricsLevel": "NONE",
     "retrievalMode": "POLLING",
     "failoverTimeMillis": "3000",
+    "leaseAssignmentIntervalMillis": "2000",
     "shardSyncIntervalMillis": "5000",
     "idleTimeBetweenReadsInMillis": "200",
     "parentShardPollIntervalMillis": "1000",
@@ -162,6 +167,9 @@ class JavaKcl:
                 start_new_session=True,
             )
         self.started_at = time.monotonic()
+        if os.environ.get("PHASE_LOG"):
+            with open(os.environ["PHASE_LOG"], "a") as _f:
+                _f.write(f"{time.time():.1f} jvm start {self.worker_id}\n")
 
     @property
     def running(self) -> bool:
@@ -175,6 +183,9 @@ class JavaKcl:
         proc, self._proc = self._proc, None
         if proc is None:
             return None
+        if os.environ.get("PHASE_LOG"):
+            with open(os.environ["PHASE_LOG"], "a") as _f:
+                _f.write(f"{time.time():.1f} jvm stop {self.worker_id} kill={kill}\n")
         if not group and not kill and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):

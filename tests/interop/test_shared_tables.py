@@ -234,7 +234,9 @@ async def mixed_fleet(story: Story, scenario: str, since: float, leader_log: str
     )
 
 
-async def story_one_until_java_leader_killed(s: Story) -> Callable[[], Any]:
+async def story_one_until_java_leader_killed(
+    s: Story, during_mixed: Callable[[], Any]
+) -> Callable[[], Any]:
     aws = s.aws
     await aws.create_stream(4)
     s.watch.start()
@@ -264,6 +266,7 @@ async def story_one_until_java_leader_killed(s: Story) -> Callable[[], Any]:
     joined = s.kclasync("py-c")
     await wait_until(lambda: "py-c" in owners(s).values(), 60, "the Java leader to assign py-c")
     since = time.time()
+    during_mixed()
     registry = DynamoWorkerMetrics(aws.dynamodb, worker_metrics_table_name(aws.name))
     entries = {e.worker_id: e for e in (await registry.list_workers()).entries}
     assert wm.uses_default_metric(entries["java-1"]), entries["java-1"]
@@ -297,7 +300,17 @@ async def story_one_until_java_leader_killed(s: Story) -> Callable[[], Any]:
     return rest
 
 
-async def story_two(s: Story) -> None:
+@attrs.define
+class KclasyncFleet:
+    """Story 2 before the Java worker joins: two kclasync workers reading under a producer."""
+
+    producer: Producer
+    leader: KclasyncProcess
+    other: KclasyncProcess
+
+
+async def story_two_kclasync(s: Story) -> KclasyncFleet:
+    """Needs no JVM: it runs during story 1's mixed fleet."""
     aws = s.aws
     await aws.create_stream(4)
     s.watch.start()
@@ -306,6 +319,12 @@ async def story_two(s: Story) -> None:
     await wait_until(lambda: leader(s) == "py-x", 30, "py-x to lead")
     py_w = s.kclasync("py-w")
     await wait_until(lambda: bool(s.deliveries()), 60, "kclasync to read")
+    return KclasyncFleet(producer, py_x, py_w)
+
+
+async def story_two(s: Story, fleet: KclasyncFleet) -> None:
+    producer, py_x, py_w = fleet.producer, fleet.leader, fleet.other
+    assert leader(s) == "py-x"
     java = s.java("java-2")
     await wait_until(lambda: "java-2" in owners(s).values(), 90, "kclasync to assign java-2")
     await wait_until(lambda: bool(java.deliveries()), 60, "java-2 to read")
@@ -353,16 +372,24 @@ async def test_migration_rollback_and_mixed_fleets(
     async with aws_for(kinesis, f"one-{stamp}") as aws1, aws_for(kinesis, f"two-{stamp}") as aws2:
         one = Story(aws1, kinesis, tmp_path / "one", java_kcl)
         two = Story(aws2, kinesis, tmp_path / "two", java_kcl)
+        tasks: list[asyncio.Task[Any]] = []
         try:
-            rest = await story_one_until_java_leader_killed(one)
+            # Story 2's kclasync workers start during story 1's mixed fleet (no JVM there);
+            # its Java worker joins once java-1 is killed.
+            fleet: list[asyncio.Task[KclasyncFleet]] = []
+
+            def start_two() -> None:
+                fleet.append(asyncio.create_task(story_two_kclasync(two)))
+                tasks.append(fleet[0])
+
+            rest = await story_one_until_java_leader_killed(one, start_two)
             tail = asyncio.create_task(rest())  # the 120 s lock wait, while story 2 runs
-            try:
-                await story_two(two)
-            except BaseException:
-                tail.cancel()
-                raise
+            tasks.append(tail)
+            await story_two(two, await fleet[0])
             await asyncio.wait_for(tail, JAVA_LOCK_SECONDS + 120)
         finally:
+            for task in tasks:
+                task.cancel()
             one.stop_all()
             two.stop_all()
             await one.watch.stop()
