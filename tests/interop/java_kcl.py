@@ -175,11 +175,13 @@ class JavaKcl:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def stop(self, *, kill: bool = False, grace: float = 45.0, group: bool = True) -> int | None:
+    def stop(self, *, kill: bool = False, grace: float = 45.0, group: bool = False) -> int | None:
         """SIGTERM (the daemon's graceful shutdown) or SIGKILL; SIGKILL after ``grace`` anyway.
-        The processor children share the JVM's process group and are stopped with it; with
-        ``group=False`` the SIGTERM goes to the JVM alone, so that its children live to answer
-        the daemon's ``shutdownRequested``."""
+        The SIGTERM goes to the JVM alone, so that the processor children live to answer the
+        daemon's ``shutdownRequested`` and the shutdown ends as soon as they did (with
+        ``group=True`` it goes to the whole process group: the children die at once and the
+        daemon waits for their answers until the failover time or ``shutdownGraceMillis``
+        runs out, 5-20 s). Whatever is left of the group is killed afterwards."""
         proc, self._proc = self._proc, None
         if proc is None:
             return None
