@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 import attrs
 
 from kclasync.testing.emulators import REGION, LocalAws
-from tests.interop.fleet import Delivery, read_deliveries, stop_process_group
+from tests.interop.fleet import ASSIGNMENT_INTERVAL, Delivery, read_deliveries, stop_process_group
 
 HERE = pathlib.Path(__file__).resolve().parent
 PROCESSOR = HERE / "kcl_processor.py"
@@ -49,7 +49,7 @@ FAST_PROPERTIES: Mapping[str, str] = {
     "metricsLevel": "NONE",
     "retrievalMode": "POLLING",
     "failoverTimeMillis": "3000",
-    "leaseAssignmentIntervalMillis": "2000",
+    "leaseAssignmentIntervalMillis": str(round(ASSIGNMENT_INTERVAL * 1000)),
     "shardSyncIntervalMillis": "5000",
     "idleTimeBetweenReadsInMillis": "200",
     "parentShardPollIntervalMillis": "1000",

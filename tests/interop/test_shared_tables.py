@@ -41,6 +41,7 @@ from kclasync._adapters.worker_registry import worker_metrics_table_name
 from kclasync._core.workers import worker_metrics as wm
 from kclasync.testing.emulators import LocalAws
 from tests.interop.fleet import (
+    ASSIGNMENT_INTERVAL,
     Delivery,
     KclasyncProcess,
     Producer,
@@ -68,10 +69,10 @@ pytestmark = [
 
 log = logging.getLogger(__name__)
 
-#: Each mixed-fleet window: both leaders assign every 2 x ``FAILOVER`` (6 s), so this is at
-#: least five assignment runs of the leader with records flowing (a follower taking leases
-#: itself would do so at its first taking round, every ``FAILOVER``).
-MIXED_SECONDS = 30.0
+#: Each mixed-fleet window: eight assignment runs of the leader (both sides assign every
+#: ``fleet.ASSIGNMENT_INTERVAL``) with records flowing, and five failover times (a follower
+#: taking leases itself would do so at its first taking round, every ``FAILOVER``).
+MIXED_SECONDS = 8 * ASSIGNMENT_INTERVAL
 #: failoverTimeMillis / failover_time on both sides; a lease moved abruptly may be read by
 #: both implementations for about this long (plus a batch).
 FAILOVER = 3.0
