@@ -35,10 +35,6 @@ async def test_java_killed_then_kclasync_loses_nothing(
     async with aws_for(kinesis, unique_name) as aws:
         await aws.create_stream(4)
         produced = await produce(aws, 0, 1000)
-        # Java starts on leases, without its random wait of up to 30 s on an empty lease table
-        # (leases the Java KCL created itself are read by kclasync after a reshard in
-        # ``test_java_reshard_to_kclasync``).
-        assert await aws.create_leases() == 4
         locks = DynamoCoordinatorState(aws.dynamodb, coordinator_table_name(unique_name))
         java = java_kcl(stream=unique_name, application=unique_name, worker_id="java-1")
         java.start()

@@ -9,7 +9,8 @@ Story 1 (kclasync first, then a Java leader):
   lock once its 120 s ``leaseDuration`` is over (the KCL's fixed value), assigns itself the
   leases and reads the rest. That wait runs while story 2 has the JVM.
 Story 2 (kclasync leads, Java joins):
-  two kclasync workers under a producer, one leading -> a Java worker joins: mixed fleet for
+  two kclasync workers under a producer, one leading (they start during story 1's mixed fleet,
+  no JVM needed) -> a Java worker joins once the Java leader of story 1 is killed: mixed fleet for
   ``MIXED_SECONDS`` -> one kclasync worker stops gracefully, the kclasync leader is killed ->
   Java takes the lock and the leases -> Java stops gracefully (deleting the lock) -> a kclasync
   worker leads at once and reads the rest.
@@ -18,8 +19,11 @@ Records carry (key, counter): lost and reprocessed records are counted exactly. 
 must be a record processed after the checkpoint its shard had when its worker was killed; the
 lease table must hold only leases at every sample; the Java log must show no parse failure.
 
-About 4 minutes with one JVM at a time (the Java lock's fixed 120 s sets it, story 2 runs
-inside that wait); it runs with the rest of the interop suite.
+About 3 minutes with one JVM at a time: story 1 up to its Java leader's kill, then story 2
+(the Java lock's fixed 120 s of story 1 runs inside it). Two waits are the Java KCL's own: a
+worker that is not the leader looks at the lock only every 30 s (its fixed heartbeat), so Java
+takes an expired kclasync lock 30-60 s after its holder died. It runs with the rest of the
+interop suite.
 """
 
 from __future__ import annotations
