@@ -44,10 +44,6 @@ async def wait_until(
         if not isinstance(value, bool):
             value = await value
         if value:
-            import os as _o, time as _t
-            if _o.environ.get("PHASE_LOG"):
-                with open(_o.environ["PHASE_LOG"], "a") as _f:
-                    _f.write(f"{_t.time():.1f} wait {loop.time() - start:6.1f}s {what}\n")
             return loop.time() - start
         if loop.time() - start > timeout:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -167,9 +167,6 @@ class JavaKcl:
                 start_new_session=True,
             )
         self.started_at = time.monotonic()
-        if os.environ.get("PHASE_LOG"):
-            with open(os.environ["PHASE_LOG"], "a") as _f:
-                _f.write(f"{time.time():.1f} jvm start {self.worker_id}\n")
 
     @property
     def running(self) -> bool:
@@ -185,9 +182,6 @@ class JavaKcl:
         proc, self._proc = self._proc, None
         if proc is None:
             return None
-        if os.environ.get("PHASE_LOG"):
-            with open(os.environ["PHASE_LOG"], "a") as _f:
-                _f.write(f"{time.time():.1f} jvm stop {self.worker_id} kill={kill}\n")
         if not group and not kill and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
