@@ -39,9 +39,10 @@ PARSE_FAILURES = (
 )
 
 #: Timings shortened so that a scenario runs in tens of seconds. A leader's lease assignment
-#: runs every leaseAssignmentIntervalMillis (by default 2 x failoverTimeMillis, 6 s here; its
-#: first run on a new worker finds no worker metrics yet, so a worker alone first read a lease
-#: a whole interval later); worker metrics are reported every workerMetricsReporterFreqInMillis.
+#: runs every leaseAssignmentIntervalMillis (``fleet.ASSIGNMENT_INTERVAL``; by default 2 x
+#: failoverTimeMillis, which would be 6 s: its first run on a new worker finds no worker
+#: metrics yet, so a worker alone reads a whole interval later); worker metrics are reported
+#: every workerMetricsReporterFreqInMillis.
 #: Not configurable: the leader lock's leaseDuration (120 s) and the 30 s heartbeat, which is
 #: also how often a worker that is not the leader looks at the lock.
 FAST_PROPERTIES: Mapping[str, str] = {
@@ -175,10 +176,10 @@ class JavaKcl:
     def stop(self, *, kill: bool = False, grace: float = 45.0, group: bool = False) -> int | None:
         """SIGTERM (the daemon's graceful shutdown) or SIGKILL; SIGKILL after ``grace`` anyway.
         The SIGTERM goes to the JVM alone, so that the processor children live to answer the
-        daemon's ``shutdownRequested`` and the shutdown ends as soon as they did (with
-        ``group=True`` it goes to the whole process group: the children die at once and the
-        daemon waits for their answers until the failover time or ``shutdownGraceMillis``
-        runs out, 5-20 s). Whatever is left of the group is killed afterwards."""
+        daemon's ``shutdownRequested`` (about 5 s in all; with ``group=True`` it goes to the
+        whole process group: the children die at once and the daemon waits for their answers
+        until the failover time or ``shutdownGraceMillis`` runs out, up to 20 s). Whatever is
+        left of the group is killed afterwards."""
         proc, self._proc = self._proc, None
         if proc is None:
             return None
