@@ -13,7 +13,7 @@ from kclasync.errors import ConfigError
 from kclasync.spark.options import ColumnLayout, ConsumerType, SinkOptions, SourceOptions
 from kclasync.testing.emulators import LocalAws
 from tests.spark.support import create_and_produce, kinesis_endpoint, source_options
-from tests.spark.test_source import finish, start_available_now
+from tests.spark.test_source import run_available_now
 
 
 def test_awslabs_names_and_values_translate() -> None:
@@ -173,16 +173,12 @@ def test_a_query_for_each_connector_reads_the_same_rows(
         "awslabs": (awslabs, ("data", "partitionKey", "sequenceNumber")),
         "databricks": (databricks, ("data", "partitionKey", "sequenceNumber")),
     }
-    # The three queries run side by side (each with its own checkpoint and progress items).
-    queries = {
-        name: start_available_now(spark, options, tmp_path / name, tmp_path / f"ck-{name}")
-        for name, (options, _) in runs.items()
-    }
     got = {}
-    for name, (_, columns) in runs.items():
-        query = finish(queries[name])
+    for name, (options, columns) in runs.items():
+        out = tmp_path / name
+        query = run_available_now(spark, options, out, tmp_path / f"ck-{name}")
         assert query.exception() is None, (name, query.exception())
-        got[name] = _rows(spark, tmp_path / name, columns)
+        got[name] = _rows(spark, out, columns)
         assert len(got[name]) == len(ids), name
     assert got["awslabs"] == got["ours"] == got["databricks"]
     frame = spark.read.parquet(str(tmp_path / "awslabs"))

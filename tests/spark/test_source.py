@@ -19,34 +19,22 @@ def id_column() -> Any:
     return F.get_json_object(F.col("data").cast("string"), "$.id").cast("long")
 
 
-def start_available_now(
+def run_available_now(
     spark: Any, options: dict[str, str], out: pathlib.Path, ck: pathlib.Path, transform: Any = None
 ) -> Any:
-    """Start a ``kinesis`` -> parquet query with Trigger.AvailableNow; returns it running."""
     df = spark.readStream.format("kinesis").options(**options).load()
     if transform is not None:
         df = transform(df)
-    return (
+    query = (
         df.writeStream.format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(ck))
         .trigger(availableNow=True)
         .start()
     )
-
-
-def finish(query: Any) -> Any:
-    """Wait for a query started by ``start_available_now`` (a failure stays in
-    ``query.exception()``)."""
     with contextlib.suppress(StreamingQueryException):
         assert query.awaitTermination(120), "the query did not finish in 120 s"
     return query
-
-
-def run_available_now(
-    spark: Any, options: dict[str, str], out: pathlib.Path, ck: pathlib.Path, transform: Any = None
-) -> Any:
-    return finish(start_available_now(spark, options, out, ck, transform))
 
 
 def test_reads_every_record_once_within_limits(
