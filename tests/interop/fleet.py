@@ -34,11 +34,16 @@ HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "kclasync_worker.py"
 KEYS = 53
 
+#: How often a leader assigns leases, on both sides (``assignment_interval`` here,
+#: leaseAssignmentIntervalMillis in ``java_kcl.FAST_PROPERTIES``).
+ASSIGNMENT_INTERVAL = 2.0
+
 #: kclasync's settings in the scenarios: the Java side's shortened timings
 #: (``java_kcl.FAST_PROPERTIES``) and the KCL 3.x-compatible leader-based mode.
 KCLASYNC_CONFIG: Mapping[str, Any] = {
     "lease_taker": "kcl3",
     "failover_time": 3.0,
+    "assignment_interval": ASSIGNMENT_INTERVAL,
     "initial_position": "TRIM_HORIZON",
     "idle_time_between_reads": 0.2,
     "shard_sync_interval": 5.0,

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 import attrs
 
 from kclasync.testing.emulators import REGION, LocalAws
-from tests.interop.fleet import Delivery, read_deliveries, stop_process_group
+from tests.interop.fleet import ASSIGNMENT_INTERVAL, Delivery, read_deliveries, stop_process_group
 
 HERE = pathlib.Path(__file__).resolve().parent
 PROCESSOR = HERE / "kcl_processor.py"
@@ -38,13 +38,19 @@ PARSE_FAILURES = (
     "Leases that failed deserialization",
 )
 
-#: Timings shortened so that a scenario runs in tens of seconds. Lease assignment runs every
-#: 2 x failoverTimeMillis; worker metrics are reported every workerMetricsReporterFreqInMillis.
+#: Timings shortened so that a scenario runs in tens of seconds. A leader's lease assignment
+#: runs every leaseAssignmentIntervalMillis (``fleet.ASSIGNMENT_INTERVAL``; by default 2 x
+#: failoverTimeMillis, which would be 6 s: its first run on a new worker finds no worker
+#: metrics yet, so a worker alone reads a whole interval later); worker metrics are reported
+#: every workerMetricsReporterFreqInMillis.
+#: Not configurable: the leader lock's leaseDuration (120 s) and the 30 s heartbeat, which is
+#: also how often a worker that is not the leader looks at the lock.
 FAST_PROPERTIES: Mapping[str, str] = {
     "initialPositionInStream": "TRIM_HORIZON",
     "metricsLevel": "NONE",
     "retrievalMode": "POLLING",
     "failoverTimeMillis": "3000",
+    "leaseAssignmentIntervalMillis": str(round(ASSIGNMENT_INTERVAL * 1000)),
     "shardSyncIntervalMillis": "5000",
     "idleTimeBetweenReadsInMillis": "200",
     "parentShardPollIntervalMillis": "1000",
@@ -167,11 +173,13 @@ class JavaKcl:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def stop(self, *, kill: bool = False, grace: float = 45.0, group: bool = True) -> int | None:
+    def stop(self, *, kill: bool = False, grace: float = 45.0, group: bool = False) -> int | None:
         """SIGTERM (the daemon's graceful shutdown) or SIGKILL; SIGKILL after ``grace`` anyway.
-        The processor children share the JVM's process group and are stopped with it; with
-        ``group=False`` the SIGTERM goes to the JVM alone, so that its children live to answer
-        the daemon's ``shutdownRequested``."""
+        The SIGTERM goes to the JVM alone, so that the processor children live to answer the
+        daemon's ``shutdownRequested`` (about 5 s in all; with ``group=True`` it goes to the
+        whole process group: the children die at once and the daemon waits for their answers
+        until the failover time or ``shutdownGraceMillis`` runs out, up to 20 s). Whatever is
+        left of the group is killed afterwards."""
         proc, self._proc = self._proc, None
         if proc is None:
             return None

@@ -56,7 +56,7 @@ async def test_same_properties_java_then_kclasync_then_java(
 
             await wait_until(java1_done, 200, "the Java daemon to process the first part")
             timings["java-1 to all records"] = time.monotonic() - started
-            assert java1.stop(group=False, grace=40) is not None
+            assert java1.stop(grace=40) is not None
             at_switch = await checkpoints(aws)
             allowed = beyond_checkpoints(java1.deliveries(), at_switch)
 

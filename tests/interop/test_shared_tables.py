@@ -9,7 +9,8 @@ Story 1 (kclasync first, then a Java leader):
   lock once its 120 s ``leaseDuration`` is over (the KCL's fixed value), assigns itself the
   leases and reads the rest. That wait runs while story 2 has the JVM.
 Story 2 (kclasync leads, Java joins):
-  two kclasync workers under a producer, one leading -> a Java worker joins: mixed fleet for
+  two kclasync workers under a producer, one leading (they start during story 1's mixed fleet,
+  no JVM needed) -> a Java worker joins once the Java leader of story 1 is killed: mixed fleet for
   ``MIXED_SECONDS`` -> one kclasync worker stops gracefully, the kclasync leader is killed ->
   Java takes the lock and the leases -> Java stops gracefully (deleting the lock) -> a kclasync
   worker leads at once and reads the rest.
@@ -18,8 +19,11 @@ Records carry (key, counter): lost and reprocessed records are counted exactly. 
 must be a record processed after the checkpoint its shard had when its worker was killed; the
 lease table must hold only leases at every sample; the Java log must show no parse failure.
 
-About 4 minutes with one JVM at a time (the Java lock's fixed 120 s sets it, story 2 runs
-inside that wait); it runs with the rest of the interop suite.
+About 3 minutes with one JVM at a time: story 1 up to its Java leader's kill, then story 2
+(the Java lock's fixed 120 s of story 1 runs inside it). Two waits are the Java KCL's own: a
+worker that is not the leader looks at the lock only every 30 s (its fixed heartbeat), so Java
+takes an expired kclasync lock 30-60 s after its holder died. It runs with the rest of the
+interop suite.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from kclasync._adapters.worker_registry import worker_metrics_table_name
 from kclasync._core.workers import worker_metrics as wm
 from kclasync.testing.emulators import LocalAws
 from tests.interop.fleet import (
+    ASSIGNMENT_INTERVAL,
     Delivery,
     KclasyncProcess,
     Producer,
@@ -68,10 +73,10 @@ pytestmark = [
 
 log = logging.getLogger(__name__)
 
-#: Each mixed-fleet window: both leaders assign every 2 x ``FAILOVER`` (6 s), so this is at
-#: least five assignment runs of the leader with records flowing (a follower taking leases
-#: itself would do so at its first taking round, every ``FAILOVER``).
-MIXED_SECONDS = 30.0
+#: Each mixed-fleet window: eight assignment runs of the leader (both sides assign every
+#: ``fleet.ASSIGNMENT_INTERVAL``) with records flowing, and five failover times (a follower
+#: taking leases itself would do so at its first taking round, every ``FAILOVER``).
+MIXED_SECONDS = 8 * ASSIGNMENT_INTERVAL
 #: failoverTimeMillis / failover_time on both sides; a lease moved abruptly may be read by
 #: both implementations for about this long (plus a batch).
 FAILOVER = 3.0
@@ -234,7 +239,9 @@ async def mixed_fleet(story: Story, scenario: str, since: float, leader_log: str
     )
 
 
-async def story_one_until_java_leader_killed(s: Story) -> Callable[[], Any]:
+async def story_one_until_java_leader_killed(
+    s: Story, during_mixed: Callable[[], Any]
+) -> Callable[[], Any]:
     aws = s.aws
     await aws.create_stream(4)
     s.watch.start()
@@ -264,6 +271,7 @@ async def story_one_until_java_leader_killed(s: Story) -> Callable[[], Any]:
     joined = s.kclasync("py-c")
     await wait_until(lambda: "py-c" in owners(s).values(), 60, "the Java leader to assign py-c")
     since = time.time()
+    during_mixed()
     registry = DynamoWorkerMetrics(aws.dynamodb, worker_metrics_table_name(aws.name))
     entries = {e.worker_id: e for e in (await registry.list_workers()).entries}
     assert wm.uses_default_metric(entries["java-1"]), entries["java-1"]
@@ -297,7 +305,17 @@ async def story_one_until_java_leader_killed(s: Story) -> Callable[[], Any]:
     return rest
 
 
-async def story_two(s: Story) -> None:
+@attrs.define
+class KclasyncFleet:
+    """Story 2 before the Java worker joins: two kclasync workers reading under a producer."""
+
+    producer: Producer
+    leader: KclasyncProcess
+    other: KclasyncProcess
+
+
+async def story_two_kclasync(s: Story) -> KclasyncFleet:
+    """Needs no JVM: it runs during story 1's mixed fleet."""
     aws = s.aws
     await aws.create_stream(4)
     s.watch.start()
@@ -306,6 +324,12 @@ async def story_two(s: Story) -> None:
     await wait_until(lambda: leader(s) == "py-x", 30, "py-x to lead")
     py_w = s.kclasync("py-w")
     await wait_until(lambda: bool(s.deliveries()), 60, "kclasync to read")
+    return KclasyncFleet(producer, py_x, py_w)
+
+
+async def story_two(s: Story, fleet: KclasyncFleet) -> None:
+    producer, py_x, py_w = fleet.producer, fleet.leader, fleet.other
+    assert leader(s) == "py-x"
     java = s.java("java-2")
     await wait_until(lambda: "java-2" in owners(s).values(), 90, "kclasync to assign java-2")
     await wait_until(lambda: bool(java.deliveries()), 60, "java-2 to read")
@@ -353,16 +377,24 @@ async def test_migration_rollback_and_mixed_fleets(
     async with aws_for(kinesis, f"one-{stamp}") as aws1, aws_for(kinesis, f"two-{stamp}") as aws2:
         one = Story(aws1, kinesis, tmp_path / "one", java_kcl)
         two = Story(aws2, kinesis, tmp_path / "two", java_kcl)
+        tasks: list[asyncio.Task[Any]] = []
         try:
-            rest = await story_one_until_java_leader_killed(one)
+            # Story 2's kclasync workers start during story 1's mixed fleet (no JVM there);
+            # its Java worker joins once java-1 is killed.
+            fleet: list[asyncio.Task[KclasyncFleet]] = []
+
+            def start_two() -> None:
+                fleet.append(asyncio.create_task(story_two_kclasync(two)))
+                tasks.append(fleet[0])
+
+            rest = await story_one_until_java_leader_killed(one, start_two)
             tail = asyncio.create_task(rest())  # the 120 s lock wait, while story 2 runs
-            try:
-                await story_two(two)
-            except BaseException:
-                tail.cancel()
-                raise
+            tasks.append(tail)
+            await story_two(two, await fleet[0])
             await asyncio.wait_for(tail, JAVA_LOCK_SECONDS + 120)
         finally:
+            for task in tasks:
+                task.cancel()
             one.stop_all()
             two.stop_all()
             await one.watch.stop()

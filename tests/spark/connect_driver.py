@@ -2,8 +2,9 @@
 
     python -m tests.spark.connect_driver <options.json> <checkpoint> <out-dir> [<sink.json>]
 
-Starts a local Spark Connect server (``SparkSession.builder.remote("local[2]")``, from the
-pyspark install), registers the source through the Connect client, reads the ``kinesis``
+Connects to the Spark Connect server at ``$KCLASYNC_CONNECT_REMOTE`` (``sc://host:port``), or
+without it starts a local one (``SparkSession.builder.remote("local[2]")``, from the pyspark
+install), registers the source through the Connect client, reads the ``kinesis``
 source with Trigger.AvailableNow and appends each micro-batch's rows with its batch id to
 parquet in ``<out-dir>``. With ``<sink.json>`` (``{"options": {...}, "rows": N}``) it then puts
 N rows into a stream with ``df.write.format("kinesis")``. Prints ``done <rows read>``.
@@ -30,7 +31,7 @@ def main() -> None:
     with open(options_file, encoding="utf-8") as f:
         options = json.load(f)
     spark = (
-        SparkSession.builder.remote("local[2]")
+        SparkSession.builder.remote(os.environ.get("KCLASYNC_CONNECT_REMOTE", "local[2]"))
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()

@@ -1,7 +1,9 @@
-"""The source and the sink from a Spark Connect client: a local Connect server started from the
-pyspark install (``remote("local[2]")``) in a process of its own, the data source registered
-through the client. Across a split and a restart of the query every record arrives exactly
-once, children after their parent; the sink puts every row."""
+"""The source and the sink from a Spark Connect client: each client runs in a process of its
+own, against a Connect server the test starts on the session's Spark (the service the
+``remote("local[2]")`` mode starts, without a Spark of its own per client), the data source
+registered through the client. Across a split and a restart of the query (a second client
+process, a new session, the same checkpoint) every record arrives exactly once, children after
+their parent; the sink puts every row."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import os
 import pathlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from kclasync.testing.emulators import LocalAws
+from kclasync.testing.emulators import LocalAws, free_port
 from tests.spark.support import create_and_produce, produce, source_options
 from tests.spark.test_lineage import split_first_shard
 from tests.support import aws_for
@@ -25,8 +28,28 @@ pytest.importorskip("grpc", reason="Spark Connect's client needs pyspark[connect
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def run_client(args: list[str], tmp: pathlib.Path) -> str:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+@pytest.fixture
+def connect_server(spark: Any) -> Iterator[str]:
+    """A Spark Connect server on the session's SparkContext (what the Connect plugin of
+    ``remote("local[2]")`` starts), stopped after the test; yields its ``sc://`` address."""
+    port = free_port()
+    context = spark.sparkContext._jsc.sc()
+    context.conf().set("spark.connect.grpc.binding.port", str(port))
+    service = spark.sparkContext._jvm.org.apache.spark.sql.connect.service.SparkConnectService
+    service.start(context)
+    try:
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        service.stop(getattr(service, "stop$default$1")(), getattr(service, "stop$default$2")())
+
+
+def run_client(args: list[str], tmp: pathlib.Path, remote: str) -> str:
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "KCLASYNC_CONNECT_REMOTE": remote,
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "tests.spark.connect_driver", *args],
         cwd=ROOT,
@@ -35,7 +58,8 @@ def run_client(args: list[str], tmp: pathlib.Path) -> str:
         text=True,
         timeout=400,
     )
-    (tmp / "client.log").write_text(proc.stderr)
+    with open(tmp / "client.log", "a", encoding="utf-8") as log:
+        log.write(proc.stderr)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     return proc.stdout
 
@@ -62,7 +86,11 @@ def count_records(local: LocalAws, stream: str) -> int:
 
 @pytest.mark.timeout(900)
 def test_source_and_sink_through_spark_connect(
-    spark: Any, kinesis: LocalAws, unique_name: str, tmp_path: pathlib.Path
+    spark: Any,
+    connect_server: str,
+    kinesis: LocalAws,
+    unique_name: str,
+    tmp_path: pathlib.Path,
 ) -> None:
     from pyspark.sql import functions as F
 
@@ -71,7 +99,7 @@ def test_source_and_sink_through_spark_connect(
     (tmp_path / "opts.json").write_text(json.dumps(opts))
     out, ck = tmp_path / "out", tmp_path / "ck"
     args = [str(tmp_path / "opts.json"), str(ck), str(out)]
-    assert "done 200" in run_client(args, tmp_path)
+    assert "done 200" in run_client(args, tmp_path, connect_server)
 
     shards = split_first_shard(kinesis, unique_name)
     parent = shards[0].shard_id
@@ -89,7 +117,7 @@ def test_source_and_sink_through_spark_connect(
     }
     (tmp_path / "sink.json").write_text(json.dumps(sink))
     # The restarted query: a new client process, the same checkpoint.
-    assert "done 200" in run_client([*args, str(tmp_path / "sink.json")], tmp_path)
+    assert "done 200" in run_client([*args, str(tmp_path / "sink.json")], tmp_path, connect_server)
 
     rows = spark.read.parquet(str(out))
     ids = [
