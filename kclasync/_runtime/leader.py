@@ -5,7 +5,12 @@ take over, heartbeat), and releasing the lock on a graceful stop. The term writt
 of reads and writes come from ``core.lock_term``: the leader's failover watch tells the elector
 whether the registry shows a worker of another implementation (``observe_fleet``); in a
 kclasync-only fleet the lock lasts one failover time and is written four times per term, else
-the configured term (the Java KCL's 120 s). The ``Consumer`` runs the
+the configured term (the Java KCL's 120 s). The holder names its successors in the item
+(``core.lock_term.successors``, from the alive workers its watch reports); a worker that does
+not hold the lock reads it at the pace of ``core.lock_term.watch_interval``: fast when named,
+when the item names nobody, or when its registry watch finds the leader silent
+(``leader_silent``, which also wakes it: ``wake``), else at the configured interval. The
+``Consumer`` runs the
 leader-only duties (periodic shard sync, the hash-range auditor, finished-lease cleanup) while
 ``is_leader()`` holds.
 Must not: read any clock but the event loop's; decide expiry itself.
@@ -21,7 +26,13 @@ from collections.abc import Callable
 
 from kclasync._adapters.protocols import CoordinatorStateStore
 from kclasync._core.leases.leader_lock import LEADER_LOCK_KEY, LeaderLockState, LockAction
-from kclasync._core.leases.lock_term import LockTerm, lock_interval, lock_term
+from kclasync._core.leases.lock_term import (
+    LockTerm,
+    lock_interval,
+    lock_term,
+    successors,
+    watch_interval,
+)
 from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync.leader")
@@ -36,8 +47,9 @@ class LeaderElector:
     version for ``lock_duration`` on its own clock, so a dead leader is replaced within about
     ``lock_duration + heartbeat_interval``. With ``failover_time`` given and a kclasync-only
     fleet reported (``observe_fleet(False)``) the leader writes the short term of
-    ``core.lock_term`` instead; with ``failover_time`` given every worker reads at that
-    term's pace (``core.lock_term.lock_interval``).
+    ``core.lock_term`` instead, and names its successors; with ``failover_time`` given the
+    successors (and every worker while the leader looks silent, ``leader_silent``) read at
+    that term's pace (``core.lock_term.watch_interval``), the others at the configured one.
     """
 
     def __init__(
@@ -67,7 +79,14 @@ class LeaderElector:
         #: Whether the leader's last read of the registry showed a worker of another
         #: implementation (None: not read in this term).
         self._others: bool | None = None
-        #: Set when the term to write changed: the holder writes at once.
+        #: The kclasync workers the leader's last read of the registry showed alive (None:
+        #: not read in this term): whom it may name as successors.
+        self._alive: frozenset[str] | None = None
+        #: Whether the leader this worker knows looks silent (its registry watch; None: no
+        #: watch). Set by the consumer's wiring.
+        self.leader_silent: Callable[[str], bool] | None = None
+        #: Set when the term to write changed (the holder writes at once) or the leader
+        #: went silent (``wake``: this worker reads at once).
         self._rewrite = asyncio.Event()
 
     def now(self) -> float:
@@ -99,14 +118,45 @@ class LeaderElector:
         )
 
     def interval(self) -> float:
-        """Seconds until the next read: the pace of the item held, or last seen."""
-        duration = self.state.held_duration or self.state.seen_duration or self.lock_duration
-        return lock_interval(self.heartbeat_interval, duration, self.failover_time)
+        """Seconds until the next read: the pace of the item held, or the watch's pace."""
+        state = self.state
+        held = state.held_duration
+        if held is not None:
+            return lock_interval(self.heartbeat_interval, held, self.failover_time)
+        owner = state.seen_owner
+        silent = self.leader_silent
+        return watch_interval(
+            self.worker_id,
+            configured_interval=self.heartbeat_interval,
+            duration=state.seen_duration or self.lock_duration,
+            failover_time=self.failover_time,
+            named=state.seen_successors,
+            leader_silent=owner is not None and silent is not None and silent(owner),
+        )
 
-    def observe_fleet(self, others_present: bool | None) -> None:
-        """The leader's failover watch read the registry (None: this worker stopped watching).
-        When the term to write changes while this worker holds the lock, it writes at once."""
+    def successors(self, previous: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """The successors to name in a write now (None: the short term is off, or the
+        registry was not read in this term and the item named none)."""
+        if self.failover_time is None:
+            return None
+        if self._alive is None:
+            if previous is None:
+                return None
+            return tuple(worker for worker in previous if worker != self.worker_id)
+        return successors(self.worker_id, self._alive, previous)
+
+    def wake(self) -> None:
+        """Read the lock now (the leader this worker knows just went silent)."""
+        self._rewrite.set()
+
+    def observe_fleet(
+        self, others_present: bool | None, alive: frozenset[str] | set[str] | None = None
+    ) -> None:
+        """The leader's failover watch read the registry (None: this worker stopped watching),
+        and showed ``alive`` kclasync workers. When the term to write changes while this
+        worker holds the lock, it writes at once."""
         self._others = others_present
+        self._alive = None if alive is None else frozenset(alive)
         held = self.state.held_duration
         if held is not None and held != self.term().duration:
             self._rewrite.set()
@@ -125,7 +175,7 @@ class LeaderElector:
         duration = self.term().duration
         if decision.action is LockAction.CREATE:
             written = await self.store.create_lock(
-                self.key, self.worker_id, duration, self._new_version()
+                self.key, self.worker_id, duration, self._new_version(), self.successors(None)
             )
         elif decision.action in (LockAction.TAKE, LockAction.HEARTBEAT):
             assert decision.expected_version is not None
@@ -135,6 +185,7 @@ class LeaderElector:
                 self.worker_id,
                 duration,
                 self._new_version(),
+                self.successors(item.successors if item is not None else None),
             )
         else:
             return self.is_leader()

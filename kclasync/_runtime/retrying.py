@@ -237,18 +237,32 @@ class RetryingCoordinatorState:
         return await self.retrier.call("get_lock", lambda: self.inner.get_lock(key))
 
     async def create_lock(
-        self, key: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
         return await self.retrier.call(
-            "create_lock", lambda: self.inner.create_lock(key, owner, lease_duration, version)
+            "create_lock",
+            lambda: self.inner.create_lock(key, owner, lease_duration, version, successors),
         )
 
     async def replace_lock(
-        self, key: str, expected_version: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        expected_version: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
         return await self.retrier.call(
             "replace_lock",
-            lambda: self.inner.replace_lock(key, expected_version, owner, lease_duration, version),
+            lambda: self.inner.replace_lock(
+                key, expected_version, owner, lease_duration, version, successors
+            ),
         )
 
     async def release_lock(self, key: str, expected_version: str, owner: str, version: str) -> bool:
