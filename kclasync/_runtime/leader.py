@@ -135,14 +135,13 @@ class LeaderElector:
         )
 
     def successors(self, previous: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        """The successors to name in a write now (None: the short term is off, or the
-        registry was not read in this term and the item named none)."""
+        """The successors to name in a write now (None: the short term is off). Before the
+        registry was read in this term: the item's named ones but this worker, else none
+        (an empty list: every worker reads fast until the names come)."""
         if self.failover_time is None:
             return None
         if self._alive is None:
-            if previous is None:
-                return None
-            return tuple(worker for worker in previous if worker != self.worker_id)
+            return tuple(worker for worker in previous or () if worker != self.worker_id)
         return successors(self.worker_id, self._alive, previous)
 
     def wake(self) -> None:

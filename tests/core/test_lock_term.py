@@ -170,3 +170,11 @@ def test_a_slow_reader_still_waits_a_full_term_after_the_version_it_saw() -> Non
     assert reader.decide(newer, 30.0).action is LockAction.WAIT
     reader.observe(newer, 60.0)
     assert reader.decide(newer, 60.0).action is LockAction.TAKE
+
+
+def test_an_empty_list_keeps_everyone_fast_until_the_holder_read_the_registry() -> None:
+    """A new holder names nobody before its first registry read of the term; it may switch to
+    the short term at its next write, and whoever it then names must be reading fast."""
+    assert pace("d", named=(), duration=120.0) == F / 4
+    # Without the short term, the configured pace whatever the list.
+    assert pace("d", named=(), duration=120.0, failover_time=None) == 30.0

@@ -143,6 +143,12 @@ async def test_successors_are_one_extra_list_attribute_and_a_java_write_drops_th
         await ddb.put_item(TableName=store.table_name, Item=JAVA_LEADER_ITEM)
         java = await store.get_lock("Leader")
         assert java is not None and java.successors is None
+        # A holder that has not read the registry yet names an empty list (everyone fast).
+        empty = await store.replace_lock(
+            "Leader", "e6ecf3b5-7cf6-4908-97b3-50a7d30cebc0", "w1", 10.0, "rvn-2", ()
+        )
+        assert empty is not None and empty.successors == ()
+        assert (await store.get_lock("Leader")) == empty
         # A value that is not a list of strings names nobody.
         await ddb.put_item(
             TableName=store.table_name,

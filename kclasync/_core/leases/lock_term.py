@@ -23,14 +23,17 @@ fast as the fastest reader notices. That needs a few fast readers, not all of th
 names its successors in the item (``successors``: an extra attribute, which a Java KCL reader
 ignores and a Java KCL writer drops): up to ``SUCCESSORS`` kclasync workers its last read of
 the registry showed alive, kept from term to term while they stay alive, so that the ones named
-have been reading fast long before they are needed. A worker reads the lock every
-``failover / 4`` (``watch_interval``) when the item names it, when the item is a short term
-naming nobody (a kclasync leader of an earlier version: the former pace for all), or when its
-registry watch says the leader it knows went silent or left (``leader_silent``: the followers
-read the leader's registry entry twice a heartbeat period anyway); every other worker reads at
-the configured interval (30 s), or at a Java KCL item's own pace (its 120 s term: every 30 s).
-A leader writing the short term is always a kclasync one, which names successors in the same
-write, so no reader needs the fast pace to notice the switch.
+have been reading fast long before they are needed. A kclasync holder always writes the
+attribute; until its first read of the registry in its term it names its predecessor's
+successors still named (or an empty list), and the short term is only ever written with the
+registry read, so whoever may have to notice the switch to it reads fast already. A worker
+reads the lock every ``failover / 4`` (``watch_interval``) when the item names it, when the
+list is empty (every worker, until the holder's first registry read of its term), when the
+item is a short term without the attribute (a kclasync leader of an earlier version: the
+former pace for all), or when its registry watch says the leader it knows went silent or left
+(``leader_silent``: the followers read the leader's registry entry twice a heartbeat period
+anyway); every other worker reads at the configured interval (30 s), or at a Java KCL item's
+own pace (its 120 s term: every 30 s).
 
 Safe whatever the successors' fate: the pace only decides how soon a reader notices expiry,
 never whether it may take over (``core.leader_lock`` judges that on the reader's own clock,
@@ -161,14 +164,16 @@ def watch_interval(
     leader_silent: bool,
 ) -> float:
     """How often a worker that does not hold the lock reads it, the item last read lasting
-    ``duration`` and naming ``named`` as successors (None: no item, or it names none).
+    ``duration`` and naming ``named`` as successors (None: no item, or no such attribute).
     A worker that may write the short term (``failover_time`` given) keeps the short term's
-    pace when the item names it, when the leader it knows went silent or left
-    (``leader_silent``), or when the item is a short term that names nobody (a kclasync
-    leader of an earlier version). Else: an item naming successors is read at the configured
-    interval, one naming nobody (a Java KCL's) at its own pace (``lock_interval``)."""
+    pace when the item names it, when it names an empty list (a kclasync holder that has not
+    read the registry in its term yet: it may switch to the short term at its next write),
+    when the leader it knows went silent or left (``leader_silent``), or when the item is a
+    short term without the attribute (a kclasync leader of an earlier version). Else: an
+    item naming successors is read at the configured interval, one naming nobody (a Java
+    KCL's) at its own pace (``lock_interval``)."""
     if failover_time is not None:
-        if leader_silent or (worker_id in named if named is not None else False):
+        if leader_silent or (named is not None and (not named or worker_id in named)):
             return lock_interval(configured_interval, duration, failover_time)
         if named is None and duration <= FAST_TERM_FAILOVERS * failover_time:
             return lock_interval(configured_interval, duration, failover_time)
