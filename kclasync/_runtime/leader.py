@@ -123,12 +123,15 @@ class LeaderElector:
         held = state.held_duration
         if held is not None:
             return lock_interval(self.heartbeat_interval, held, self.failover_time)
+        seen = state.seen_duration
+        if seen is None:  # no item: the next holder names nobody yet
+            return lock_interval(self.heartbeat_interval, self.lock_duration, self.failover_time)
         owner = state.seen_owner
         silent = self.leader_silent
         return watch_interval(
             self.worker_id,
             configured_interval=self.heartbeat_interval,
-            duration=state.seen_duration or self.lock_duration,
+            duration=seen,
             failover_time=self.failover_time,
             named=state.seen_successors,
             leader_silent=owner is not None and silent is not None and silent(owner),

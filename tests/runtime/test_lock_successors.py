@@ -118,3 +118,32 @@ async def test_the_leader_and_its_first_successor_crash_together() -> None:
         "two live successors named",
     )
     await fleet.close()
+
+
+@in_virtual_time
+async def test_after_a_graceful_leader_stop_every_follower_learns_the_new_holder_soon() -> None:
+    """A leader that stops gracefully deletes the lock item and its registry entry. Each
+    follower's watch of the leader's entry finds it gone and reads the lock at once, then at
+    the short term's pace while it finds no item: every follower knows the new holder within
+    a quarter term or so, not at its next 30 s read (until then it would read the whole
+    registry twice a heartbeat period, as a follower that knows no leader does)."""
+    loop = asyncio.get_running_loop()
+    fleet, workers = await started()
+    item = lock_item(fleet)
+    assert item is not None and item.owner is not None
+    leader = item.owner
+    stopped = loop.time()
+    await workers[leader].stop()
+    others = [n for n in NAMES if n != leader]
+
+    def everyone_knows() -> bool:
+        now = lock_item(fleet)
+        return (
+            now is not None
+            and now.owner != leader
+            and all(elector(workers[n]).leader_id() == now.owner for n in others)
+        )
+
+    await wait_until(everyone_knows, 10 * FAILOVER, "every follower knowing the new holder")
+    assert loop.time() - stopped < FAILOVER / 2, loop.time() - stopped
+    await fleet.close()

@@ -171,7 +171,9 @@ def watch_interval(
     when the leader it knows went silent or left (``leader_silent``), or when the item is a
     short term without the attribute (a kclasync leader of an earlier version). Else: an
     item naming successors is read at the configured interval, one naming nobody (a Java
-    KCL's) at its own pace (``lock_interval``)."""
+    KCL's) at its own pace (``lock_interval``). A worker that found no item at all (released,
+    or never written) paces itself on the configured term (``lock_interval``), fast with
+    ``failover_time``: the next holder has named nobody yet."""
     if failover_time is not None:
         if leader_silent or (named is not None and (not named or worker_id in named)):
             return lock_interval(configured_interval, duration, failover_time)
