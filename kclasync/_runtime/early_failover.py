@@ -85,10 +85,6 @@ class EarlyFailover:
         #: the leader's entry alone: the view is then restarted before the next full read, or
         #: every worker that wrote nothing meanwhile would look silent at once).
         self._view_current = True
-        #: Called once when the leader's entry shows the leader silent, or is gone (the
-        #: elector's ``wake``: the lock is then watched fast until a new holder is seen).
-        self.leader_went_silent: Callable[[], None] | None = None
-        self._silent_leader: str | None = None
         #: Silent workers being followed, by id.
         self._following: set[str] = set()
         #: Counters: silences noticed, lease-table items read (keys from the owner index, and
@@ -188,8 +184,6 @@ class EarlyFailover:
             entry = None
         if entry is None or entry.digest is None:
             self.digest_view = DigestView()
-            if entry is None:  # the leader left: watch the lock fast, as for a silent one
-                self._leader_lost(leader)
             return False
         self.leader_reads += 1
         change = follow(self.digest_view, leader, entry, holder.worker_id, holder.now(), sent=sent)
@@ -197,23 +191,9 @@ class EarlyFailover:
         if change.wake and self._wake_taker is not None:
             self._wake_taker()
         self._start_following(followers, change.silent - self._following)
-        if not change.leader_silent:
-            self._silent_leader = None
-        else:
-            self._leader_lost(leader)
         # A silent leader publishes nothing new: read the whole registry too, until its
         # heartbeat moves again or another worker leads.
         return not change.leader_silent
-
-    def _leader_lost(self, leader: str) -> None:
-        if self._silent_leader != leader:
-            self._silent_leader = leader
-            if self.leader_went_silent is not None:
-                self.leader_went_silent()
-
-    def leader_lost(self, leader: str) -> bool:
-        """Whether ``leader``'s entry showed it silent, or gone, at the last read of it."""
-        return self._silent_leader == leader
 
     def is_silent(self, worker: str) -> bool:
         """Whether ``worker`` is silent now as far as this worker knows (``_silent_now``)."""

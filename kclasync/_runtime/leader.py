@@ -7,10 +7,9 @@ whether the registry shows a worker of another implementation (``observe_fleet``
 kclasync-only fleet the lock lasts one failover time and is written four times per term, else
 the configured term (the Java KCL's 120 s). The holder names its successors in the item
 (``core.lock_term.successors``, from the alive workers its watch reports); a worker that does
-not hold the lock reads it at the pace of ``core.lock_term.watch_interval``: fast when named,
-when the item names nobody, or when its registry watch finds the leader silent
-(``leader_silent``, which also wakes it: ``wake``), else at the configured interval. The
-``Consumer`` runs the
+not hold the lock reads it at the pace of ``core.lock_term.watch_interval``: fast when named
+or when the item names an empty list, else at the configured interval. The ``Consumer`` runs
+the
 leader-only duties (periodic shard sync, the hash-range auditor, finished-lease cleanup) while
 ``is_leader()`` holds.
 Must not: read any clock but the event loop's; decide expiry itself.
@@ -48,8 +47,8 @@ class LeaderElector:
     ``lock_duration + heartbeat_interval``. With ``failover_time`` given and a kclasync-only
     fleet reported (``observe_fleet(False)``) the leader writes the short term of
     ``core.lock_term`` instead, and names its successors; with ``failover_time`` given the
-    successors (and every worker while the leader looks silent, ``leader_silent``) read at
-    that term's pace (``core.lock_term.watch_interval``), the others at the configured one.
+    successors read at that term's pace (``core.lock_term.watch_interval``), the others at
+    the configured one.
     """
 
     def __init__(
@@ -82,11 +81,7 @@ class LeaderElector:
         #: The kclasync workers the leader's last read of the registry showed alive (None:
         #: not read in this term): whom it may name as successors.
         self._alive: frozenset[str] | None = None
-        #: Whether the leader this worker knows looks silent (its registry watch; None: no
-        #: watch). Set by the consumer's wiring.
-        self.leader_silent: Callable[[str], bool] | None = None
-        #: Set when the term to write changed (the holder writes at once) or the leader
-        #: went silent (``wake``: this worker reads at once).
+        #: Set when the term to write changed: the holder writes at once.
         self._rewrite = asyncio.Event()
 
     def now(self) -> float:
@@ -126,15 +121,12 @@ class LeaderElector:
         seen = state.seen_duration
         if seen is None:  # no item: the next holder names nobody yet
             return lock_interval(self.heartbeat_interval, self.lock_duration, self.failover_time)
-        owner = state.seen_owner
-        silent = self.leader_silent
         return watch_interval(
             self.worker_id,
             configured_interval=self.heartbeat_interval,
             duration=seen,
             failover_time=self.failover_time,
             named=state.seen_successors,
-            leader_silent=owner is not None and silent is not None and silent(owner),
         )
 
     def successors(self, previous: tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -146,10 +138,6 @@ class LeaderElector:
         if self._alive is None:
             return tuple(worker for worker in previous or () if worker != self.worker_id)
         return successors(self.worker_id, self._alive, previous)
-
-    def wake(self) -> None:
-        """Read the lock now (the leader this worker knows just went silent)."""
-        self._rewrite.set()
 
     def observe_fleet(
         self, others_present: bool | None, alive: frozenset[str] | set[str] | None = None

@@ -301,9 +301,6 @@ def build_worker(
     )
     if early_failover is not None:
         coordinator.taking.known_silent = early_failover.is_silent
-        # A silent leader: the lock is watched fast until a new holder is seen.
-        elector.leader_silent = early_failover.leader_lost
-        early_failover.leader_went_silent = elector.wake
     shard_sync = shard_sync_for(spec, store, stream_client, coordinator, wake_taker)
     duties = LeaderDuties(
         config=cfg,

@@ -124,7 +124,6 @@ def pace(worker: str, **kw: object) -> float:
         "duration": F,
         "failover_time": F,
         "named": ("b", "c"),
-        "leader_silent": False,
         **kw,
     }
     return watch_interval(worker, **args)  # type: ignore[arg-type]
@@ -135,10 +134,6 @@ def test_named_workers_read_fast_the_others_at_the_configured_pace() -> None:
     assert pace("d") == 30.0
     # A worker that cannot write the short term reads at the configured pace, named or not.
     assert pace("b", failover_time=None) == 30.0
-
-
-def test_everyone_reads_fast_once_the_leader_it_knows_went_silent() -> None:
-    assert pace("d", leader_silent=True) == F / 4
 
 
 def test_an_item_naming_nobody_is_read_at_its_own_pace() -> None:

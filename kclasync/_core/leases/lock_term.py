@@ -22,33 +22,33 @@ seeing the same record version for the item's duration, so a crashed leader is r
 fast as the fastest reader notices. That needs a few fast readers, not all of them. The holder
 names its successors in the item (``successors``: an extra attribute, which a Java KCL reader
 ignores and a Java KCL writer drops): up to ``SUCCESSORS`` kclasync workers its last read of
-the registry showed alive, kept from term to term while they stay alive, so that the ones named
-have been reading fast long before they are needed. A kclasync holder always writes the
-attribute; until its first read of the registry in its term it names its predecessor's
-successors still named (or an empty list), and the short term is only ever written with the
-registry read, so whoever may have to notice the switch to it reads fast already. A worker
-reads the lock every ``failover / 4`` (``watch_interval``) when the item names it, when the
-list is empty (every worker, until the holder's first registry read of its term), when the
-item is a short term without the attribute (a kclasync leader of an earlier version: the
-former pace for all), or when its registry watch says the leader it knows went silent or left
-(``leader_silent``: the followers read the leader's registry entry twice a heartbeat period
-anyway); every other worker reads at the configured interval (30 s), or at a Java KCL item's
-own pace (its 120 s term: every 30 s).
+the registry showed alive and not suspected, kept from term to term while they stay so, so
+that the ones named have been reading fast long before they are needed; a named worker that
+dies is replaced at the leader's next registry read. A kclasync holder always writes the
+attribute; until its first registry read of its term it names its predecessor's successors
+but itself (or an empty list), and the short term is only ever written after that read, so
+whoever must notice the switch to it reads fast already. A worker reads the lock every
+``failover / 4`` (``watch_interval``) when the item names it, when the list is empty (every
+worker, until the holder's first registry read of its term), when the item is a short term
+without the attribute (a kclasync leader of an earlier version: the former pace for all), or
+when it found no item; every other worker reads at the configured interval (30 s), or at a
+Java KCL item's own pace (its 120 s term: every 30 s).
 
 Safe whatever the successors' fate: the pace only decides how soon a reader notices expiry,
 never whether it may take over (``core.leader_lock`` judges that on the reader's own clock,
-whatever its pace). If the leader and every named successor crash at once, the others still
-read the leader's registry entry, find it silent and turn fast, so the lock still moves within
-about a heartbeat silence plus one failover time. The names are a hint and nothing more: a
-stale or missing list (a Java KCL writer drops the attribute) slows a takeover, never makes
-two leaders.
+whatever its pace), so a stale or missing list (a Java KCL writer drops the attribute) can
+slow a takeover, never make two leaders. How slow: the leader and its first successor crashed
+together, the second one takes over as before (about 1.5 x failover); the leader and every
+named successor crashed together (a correlated failure), the others notice at their own pace,
+within the configured interval plus the term and a read (30 + 10 + 2.5 s at the defaults),
+still well within the Java term of 120 s.
 
 Cost (W workers, any number of shards): the leader writes the lock every ``failover / 4``; up
 to ``SUCCESSORS`` workers read it at that pace; the other W - 1 - ``SUCCESSORS`` read it every
-configured interval, and at the fast pace only from the moment the leader goes silent until a
-new holder is seen (about one failover time, per leader change). The fast watch is O(1) for
-the fleet: (1 + ``SUCCESSORS``) x 4 / failover calls a second whatever W (failover 10 s: 1.2
-calls a second), plus W / 30 s slow reads as without the short term (W = 1,000: about 33).
+configured interval. The fast watch is O(1) for the fleet: (1 + ``SUCCESSORS``) x 4 /
+failover calls a second whatever W (failover 10 s: 1.2 calls a second), plus W / 30 s slow
+reads as without the short term (W = 1,000: about 33); before the successor watch every worker
+read it fast, 4 W / failover (400 a second at 1,000 workers).
 
 Owns: ``lock_term`` (the term to write), ``lock_interval`` (how often to write or read the lock
 given the term of the item last seen), ``other_implementations`` (whether the registry shows
@@ -161,21 +161,19 @@ def watch_interval(
     duration: float,
     failover_time: float | None,
     named: Sequence[str] | None,
-    leader_silent: bool,
 ) -> float:
     """How often a worker that does not hold the lock reads it, the item last read lasting
-    ``duration`` and naming ``named`` as successors (None: no item, or no such attribute).
-    A worker that may write the short term (``failover_time`` given) keeps the short term's
-    pace when the item names it, when it names an empty list (a kclasync holder that has not
-    read the registry in its term yet: it may switch to the short term at its next write),
-    when the leader it knows went silent or left (``leader_silent``), or when the item is a
-    short term without the attribute (a kclasync leader of an earlier version). Else: an
-    item naming successors is read at the configured interval, one naming nobody (a Java
-    KCL's) at its own pace (``lock_interval``). A worker that found no item at all (released,
-    or never written) paces itself on the configured term (``lock_interval``), fast with
-    ``failover_time``: the next holder has named nobody yet."""
+    ``duration`` and naming ``named`` as successors (None: no such attribute). A worker that
+    may write the short term (``failover_time`` given) keeps the short term's pace when the
+    item names it, when it names an empty list (a kclasync holder that has not read the
+    registry in its term yet: it may switch to the short term at its next write), or when
+    the item is a short term without the attribute (a kclasync leader of an earlier
+    version). Else: an item naming successors is read at the configured interval, one naming
+    nobody (a Java KCL's) at its own pace (``lock_interval``). A worker that found no item at
+    all (released, or never written) paces itself with ``lock_interval`` on the configured
+    term, fast with ``failover_time``: the next holder has named nobody yet."""
     if failover_time is not None:
-        if leader_silent or (named is not None and (not named or worker_id in named)):
+        if named is not None and (not named or worker_id in named):
             return lock_interval(configured_interval, duration, failover_time)
         if named is None and duration <= FAST_TERM_FAILOVERS * failover_time:
             return lock_interval(configured_interval, duration, failover_time)
