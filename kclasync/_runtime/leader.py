@@ -9,8 +9,7 @@ the configured term (the Java KCL's 120 s). The holder names its successors in t
 (``core.lock_term.successors``, from the alive workers its watch reports); a worker that does
 not hold the lock reads it at the pace of ``core.lock_term.watch_interval``: fast when named
 or when the item names an empty list, else at the configured interval. The ``Consumer`` runs
-the
-leader-only duties (periodic shard sync, the hash-range auditor, finished-lease cleanup) while
+the leader-only duties (periodic shard sync, the hash-range auditor, finished-lease cleanup) while
 ``is_leader()`` holds.
 Must not: read any clock but the event loop's; decide expiry itself.
 """

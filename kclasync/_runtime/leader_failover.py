@@ -125,10 +125,11 @@ class LeaderFailover:
             self._following.add(worker)
             self.suspects += 1
             followers.create_task(self._follow(worker), name=f"leader-follow-{worker}")
-        # The term to write, and the successors to name: kclasync workers not suspected.
+        # The term to write, and the successors to name: kclasync workers not suspected (a
+        # followed worker stays suspect in the view while its report stands still).
         self._elector.observe_fleet(
             other_implementations(decoded.entries, unreadable=len(decoded.corrupt)),
-            alive_workers(decoded.entries, self._following),
+            alive_workers(decoded.entries, self.view.suspects() | self._following),
         )
 
     async def _follow(self, owner: str) -> None:
