@@ -30,6 +30,8 @@ import math
 from decimal import Decimal
 from typing import Any
 
+from kclasync._core.leases.lock_term import SUCCESSORS
+
 #: DynamoDB on-demand list prices, us-east-1, standard table class (the prices AWS lists since
 #: its November 2024 reduction), US dollars per million request units.
 PRICE_REGION = "us-east-1"
@@ -139,9 +141,10 @@ def projected_month(family: str, workers: int, leases: int) -> float:
     per renewal round (3.3 s), about 30 more writes per lease-hour for the leader's moves
     (measured), and with early failover (the default) the leader scans the registry six times
     per renewal round (6,529 an hour) to notice a silent worker. Every worker reads the leader
-    lock every 30 s, except in ``leader`` with early failover: every failover / 4 (2.5 s, the
-    lock's short term in a fleet of kclasync workers only); about 55 single-lease reads per
-    lease-hour with early failover.
+    lock every 30 s, except in ``leader`` with early failover: there the leader and the two
+    successors it names read it every failover / 4 (2.5 s, the lock's short term in a fleet of
+    kclasync workers only; ``core.lock_term``), the others every 30 s; about 55 single-lease
+    reads per lease-hour with early failover.
     """
     w, n = workers, leases
     scan = read_units(n, LEASE_BYTES, consistent=True)
@@ -155,7 +158,8 @@ def projected_month(family: str, workers: int, leases: int) -> float:
         writes = n * 1_088 + w * 1_088 + 1.0 * n
     elif family == "leader":
         query = read_units(n / w, INDEX_BYTES, consistent=False)
-        lock = w * 1_440.0
+        fast = min(w, 1 + SUCCESSORS)
+        lock = fast * 1_440.0 + (w - fast) * 120.0
         reads = 313 * scan + w * 1_088 * query + 20.0 * n + lock + 6_529 * registry
         writes = n * 1_088 + w * 1_088 + 30.0 * n
     else:

@@ -4,11 +4,13 @@ Owns: the DynamoDB calls behind ``CoordinatorStateStore`` and the lock item's at
 which is exactly the one of the DynamoDB lock client inside the KCL 3.x, so that a mixed fleet
 shares one leader item: HASH key ``key`` (S, ``"Leader"``); ``ownerName`` S; ``leaseDuration`` S
 (milliseconds as a decimal string: the lock client parses it from a string); ``recordVersionNumber``
-S, replaced on every write; no ``isReleased`` while held. A graceful release deletes the item, as
-the KCL 3.x does. Reading is tolerant: ``leaseDuration`` as S or N, and the ``isReleased`` forms
-described in ``core.leader_lock.is_released_marker`` (the lock client's ``"1"`` and the booleans
-earlier kclasync versions wrote). Other attributes (the lock client's ``data``, the KCL's
-``Migration3.0`` item in the same table) are left alone.
+S, replaced on every write; no ``isReleased`` while held; kclasync adds ``kclasyncSuccessors``
+(L of S: the workers named to watch the lock fast, ``core.lock_term.successors``), an attribute
+the lock client ignores on read and drops when a Java KCL worker writes the item. A graceful
+release deletes the item, as the KCL 3.x does. Reading is tolerant: ``leaseDuration`` as S or
+N, and the ``isReleased`` forms described in ``core.leader_lock.is_released_marker`` (the lock
+client's ``"1"`` and the booleans earlier kclasync versions wrote). Other attributes (the lock
+client's ``data``, the KCL's ``Migration3.0`` item in the same table) are left alone.
 The conditions of its writes come from ``_core.lease_rules`` (``lock_create``, ``lock_replace``,
 ``lock_release``), compiled with this table's ``LOCK_SCHEMA``.
 Must not: decide anything (when the lock is expired is ``core.leader_lock``'s call, which
@@ -41,6 +43,7 @@ OWNER = "ownerName"
 LEASE_DURATION = "leaseDuration"
 RECORD_VERSION = "recordVersionNumber"
 RELEASED = "isReleased"
+SUCCESSORS = "kclasyncSuccessors"
 
 _LOCK_ATTRIBUTES = {
     rules.LockAttr.KEY: KEY,
@@ -79,7 +82,20 @@ def _item_to_lock(item: dict[str, Any]) -> LockItem:
         record_version=str(item.get(RECORD_VERSION, {}).get("S", "")),
         lease_duration=seconds,
         released=_released(item),
+        successors=_successors(item),
     )
+
+
+def _successors(item: dict[str, Any]) -> tuple[str, ...] | None:
+    """The item's successors; None when absent or not a list of strings (then every kclasync
+    worker watches the lock fast, as before the attribute existed)."""
+    values = item.get(SUCCESSORS, {}).get("L")
+    if not isinstance(values, list):
+        return None
+    names = [value.get("S") for value in values if isinstance(value, dict)]
+    if len(names) != len(values) or not all(isinstance(name, str) for name in names):
+        return None
+    return tuple(str(name) for name in names)
 
 
 class DynamoCoordinatorState(DynamoTable):
@@ -114,13 +130,23 @@ class DynamoCoordinatorState(DynamoTable):
             raise
         return decode_migration_item(resp.get("Item"))
 
-    def _item(self, key: str, owner: str, lease_duration: float, version: str) -> dict[str, Any]:
-        return {
+    def _item(
+        self,
+        key: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None,
+    ) -> dict[str, Any]:
+        item: dict[str, Any] = {
             KEY: {"S": key},
             OWNER: {"S": owner},
             LEASE_DURATION: {"S": str(round(lease_duration * 1000))},
             RECORD_VERSION: {"S": version},
         }
+        if successors is not None:
+            item[SUCCESSORS] = {"L": [{"S": worker} for worker in successors]}
+        return item
 
     async def _put(self, op: str, item: dict[str, Any], **condition: Any) -> bool:
         try:
@@ -134,18 +160,29 @@ class DynamoCoordinatorState(DynamoTable):
         return True
 
     async def create_lock(
-        self, key: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
-        item = self._item(key, owner, lease_duration, version)
+        item = self._item(key, owner, lease_duration, version, successors)
         ok = await self._put(
             "create_lock", item, **compile_write(rules.lock_create(), schema=LOCK_SCHEMA)
         )
         return _item_to_lock(item) if ok else None
 
     async def replace_lock(
-        self, key: str, expected_version: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        expected_version: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
-        item = self._item(key, owner, lease_duration, version)
+        item = self._item(key, owner, lease_duration, version, successors)
         condition = rules.lock_replace(expected_version)
         ok = await self._put("replace_lock", item, **compile_write(condition, schema=LOCK_SCHEMA))
         return _item_to_lock(item) if ok else None

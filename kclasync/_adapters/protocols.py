@@ -132,15 +132,27 @@ class CoordinatorStateStore(Protocol):
         """The Java KCL's ``Migration3.0`` item (read only); None when absent."""
 
     async def create_lock(
-        self, key: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
-        """Create the item, conditional on it not existing."""
+        """Create the item, conditional on it not existing. ``successors``: the workers the
+        item names to watch it fast (``core.lock_term.successors``; None: none, no attribute)."""
 
     async def replace_lock(
-        self, key: str, expected_version: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        expected_version: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
-        """Take over or heartbeat: write owner, duration and ``version`` (not released),
-        conditional on the record version being ``expected_version``."""
+        """Take over or heartbeat: write owner, duration, ``version`` and ``successors`` (not
+        released), conditional on the record version being ``expected_version``."""
 
     async def release_lock(self, key: str, expected_version: str, owner: str, version: str) -> bool:
         """Mark released, conditional on ``expected_version`` and ``owner``."""

@@ -5,8 +5,11 @@ take over, heartbeat), and releasing the lock on a graceful stop. The term writt
 of reads and writes come from ``core.lock_term``: the leader's failover watch tells the elector
 whether the registry shows a worker of another implementation (``observe_fleet``); in a
 kclasync-only fleet the lock lasts one failover time and is written four times per term, else
-the configured term (the Java KCL's 120 s). The ``Consumer`` runs the
-leader-only duties (periodic shard sync, the hash-range auditor, finished-lease cleanup) while
+the configured term (the Java KCL's 120 s). The holder names its successors in the item
+(``core.lock_term.successors``, from the alive workers its watch reports); a worker that does
+not hold the lock reads it at the pace of ``core.lock_term.watch_interval``: fast when named
+or when the item names an empty list, else at the configured interval. The ``Consumer`` runs
+the leader-only duties (periodic shard sync, the hash-range auditor, finished-lease cleanup) while
 ``is_leader()`` holds.
 Must not: read any clock but the event loop's; decide expiry itself.
 """
@@ -21,7 +24,13 @@ from collections.abc import Callable
 
 from kclasync._adapters.protocols import CoordinatorStateStore
 from kclasync._core.leases.leader_lock import LEADER_LOCK_KEY, LeaderLockState, LockAction
-from kclasync._core.leases.lock_term import LockTerm, lock_interval, lock_term
+from kclasync._core.leases.lock_term import (
+    LockTerm,
+    lock_interval,
+    lock_term,
+    successors,
+    watch_interval,
+)
 from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync.leader")
@@ -36,8 +45,9 @@ class LeaderElector:
     version for ``lock_duration`` on its own clock, so a dead leader is replaced within about
     ``lock_duration + heartbeat_interval``. With ``failover_time`` given and a kclasync-only
     fleet reported (``observe_fleet(False)``) the leader writes the short term of
-    ``core.lock_term`` instead; with ``failover_time`` given every worker reads at that
-    term's pace (``core.lock_term.lock_interval``).
+    ``core.lock_term`` instead, and names its successors; with ``failover_time`` given the
+    successors read at that term's pace (``core.lock_term.watch_interval``), the others at
+    the configured one.
     """
 
     def __init__(
@@ -67,6 +77,9 @@ class LeaderElector:
         #: Whether the leader's last read of the registry showed a worker of another
         #: implementation (None: not read in this term).
         self._others: bool | None = None
+        #: The kclasync workers the leader's last read of the registry showed alive (None:
+        #: not read in this term): whom it may name as successors.
+        self._alive: frozenset[str] | None = None
         #: Set when the term to write changed: the holder writes at once.
         self._rewrite = asyncio.Event()
 
@@ -99,14 +112,40 @@ class LeaderElector:
         )
 
     def interval(self) -> float:
-        """Seconds until the next read: the pace of the item held, or last seen."""
-        duration = self.state.held_duration or self.state.seen_duration or self.lock_duration
-        return lock_interval(self.heartbeat_interval, duration, self.failover_time)
+        """Seconds until the next read: the pace of the item held, or the watch's pace."""
+        state = self.state
+        held = state.held_duration
+        if held is not None:
+            return lock_interval(self.heartbeat_interval, held, self.failover_time)
+        seen = state.seen_duration
+        if seen is None:  # no item: the next holder names nobody yet
+            return lock_interval(self.heartbeat_interval, self.lock_duration, self.failover_time)
+        return watch_interval(
+            self.worker_id,
+            configured_interval=self.heartbeat_interval,
+            duration=seen,
+            failover_time=self.failover_time,
+            named=state.seen_successors,
+        )
 
-    def observe_fleet(self, others_present: bool | None) -> None:
-        """The leader's failover watch read the registry (None: this worker stopped watching).
-        When the term to write changes while this worker holds the lock, it writes at once."""
+    def successors(self, previous: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """The successors to name in a write now (None: the short term is off). Before the
+        registry was read in this term: the item's named ones but this worker, else none
+        (an empty list: every worker reads fast until the names come)."""
+        if self.failover_time is None:
+            return None
+        if self._alive is None:
+            return tuple(worker for worker in previous or () if worker != self.worker_id)
+        return successors(self.worker_id, self._alive, previous)
+
+    def observe_fleet(
+        self, others_present: bool | None, alive: frozenset[str] | set[str] | None = None
+    ) -> None:
+        """The leader's failover watch read the registry (None: this worker stopped watching),
+        and showed ``alive`` kclasync workers. When the term to write changes while this
+        worker holds the lock, it writes at once."""
         self._others = others_present
+        self._alive = None if alive is None else frozenset(alive)
         held = self.state.held_duration
         if held is not None and held != self.term().duration:
             self._rewrite.set()
@@ -125,7 +164,7 @@ class LeaderElector:
         duration = self.term().duration
         if decision.action is LockAction.CREATE:
             written = await self.store.create_lock(
-                self.key, self.worker_id, duration, self._new_version()
+                self.key, self.worker_id, duration, self._new_version(), self.successors(None)
             )
         elif decision.action in (LockAction.TAKE, LockAction.HEARTBEAT):
             assert decision.expected_version is not None
@@ -135,6 +174,7 @@ class LeaderElector:
                 self.worker_id,
                 duration,
                 self._new_version(),
+                self.successors(item.successors if item is not None else None),
             )
         else:
             return self.is_leader()

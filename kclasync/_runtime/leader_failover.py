@@ -35,7 +35,7 @@ import logging
 
 from kclasync._adapters.worker_registry import WorkerRegistry
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
-from kclasync._core.leases.lock_term import other_implementations
+from kclasync._core.leases.lock_term import alive_workers, other_implementations
 from kclasync._core.workers.report_watch import (
     ReportView,
     suspect_previous_leader,
@@ -108,9 +108,6 @@ class LeaderFailover:
             log.info("reading the worker registry failed (keeping the last view): %s", exc)
             return
         self.registry_reads += 1
-        self._elector.observe_fleet(
-            other_implementations(decoded.entries, unreadable=len(decoded.corrupt))
-        )
         change = watch_reports(
             self.view,
             decoded.entries,
@@ -128,6 +125,12 @@ class LeaderFailover:
             self._following.add(worker)
             self.suspects += 1
             followers.create_task(self._follow(worker), name=f"leader-follow-{worker}")
+        # The term to write, and the successors to name: kclasync workers not suspected (a
+        # followed worker stays suspect in the view while its report stands still).
+        self._elector.observe_fleet(
+            other_implementations(decoded.entries, unreadable=len(decoded.corrupt)),
+            alive_workers(decoded.entries, self.view.suspects() | self._following),
+        )
 
     async def _follow(self, owner: str) -> None:
         try:

@@ -16,6 +16,7 @@ the caller, which degrades as documented.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import random
@@ -75,6 +76,7 @@ class Retrier:
         policies: Mapping[OpClass, RetryPolicy],
         rng: random.Random,
         on_retry: Callable[[str, BaseException], None] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         missing = set(OpClass) - set(policies)
         if missing:
@@ -84,6 +86,8 @@ class Retrier:
         self._by_op: dict[str, RetryPolicy] = {}
         self.rng = rng
         self.on_retry = on_retry
+        #: The running loop's clock (None: looked up on each call).
+        self._clock = clock
         #: Calls retried, and calls given up after their budget, per operation.
         self.retried: dict[str, int] = {}
         self.exhausted: dict[str, int] = {}
@@ -92,8 +96,8 @@ class Retrier:
         policy = self._by_op.get(op)
         if policy is None:
             policy = self._by_op[op] = self.policies[OP_CLASS[op]]
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        clock = self._clock or asyncio.get_running_loop().time
+        start = clock()
         attempt = 0
         while True:
             attempt += 1
@@ -102,7 +106,7 @@ class Retrier:
                 return await fn()
             except (ThrottledError, TransientError) as exc:
                 delay = next_delay(policy, attempt, self.rng.random())
-                if give_up(policy, attempt, loop.time() - start, delay):
+                if give_up(policy, attempt, clock() - start, delay):
                     if policy.attempts > 1:
                         self.exhausted[op] = self.exhausted.get(op, 0) + 1
                     raise
@@ -157,7 +161,10 @@ def worker_retrier(
         service = "kinesis" if OP_CLASS[op] in _KINESIS_CLASSES else "dynamodb"
         retries.labels(*labels, "kclasync", service, op, error_code(exc)).inc()
 
-    return Retrier(policies, rng, on_retry)
+    clock: Callable[[], float] | None = None
+    with contextlib.suppress(RuntimeError):  # built inside the loop that runs it: bound once
+        clock = asyncio.get_running_loop().time
+    return Retrier(policies, rng, on_retry, clock)
 
 
 class RetryingLeaseStore:
@@ -237,18 +244,32 @@ class RetryingCoordinatorState:
         return await self.retrier.call("get_lock", lambda: self.inner.get_lock(key))
 
     async def create_lock(
-        self, key: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
         return await self.retrier.call(
-            "create_lock", lambda: self.inner.create_lock(key, owner, lease_duration, version)
+            "create_lock",
+            lambda: self.inner.create_lock(key, owner, lease_duration, version, successors),
         )
 
     async def replace_lock(
-        self, key: str, expected_version: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        expected_version: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
         return await self.retrier.call(
             "replace_lock",
-            lambda: self.inner.replace_lock(key, expected_version, owner, lease_duration, version),
+            lambda: self.inner.replace_lock(
+                key, expected_version, owner, lease_duration, version, successors
+            ),
         )
 
     async def release_lock(self, key: str, expected_version: str, owner: str, version: str) -> bool:

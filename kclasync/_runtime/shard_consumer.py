@@ -16,6 +16,8 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 
+from prometheus_client import Counter
+
 from kclasync._adapters.protocols import ChildShard, StreamClient
 from kclasync._config import ConsumerConfig
 from kclasync._core.leases.held_lease import HeldLease
@@ -75,6 +77,9 @@ class ShardConsumer:
         labels4 = (*labels, stream, self.shard_id)
         self._labels = labels4
         self._labels2 = labels
+        # The shard's counters, looked up at the first delivery (``labels`` takes a lock and
+        # a dict lookup) and kept: the same children ``labels`` would return.
+        self._delivery_counters: tuple[Counter, Counter] | None = None
         #: One attempt at the child leases: their shard ids once all exist, None if deferred.
         self._create_children = create_children
         self._on_shard_end = on_shard_end
@@ -200,8 +205,13 @@ class ShardConsumer:
                 await asyncio.sleep(delay)
         delivered = sum(len(r.data) for r in records)
         self.held.bytes_delivered += delivered
-        self.metrics.records.labels(*self._labels).inc(len(records))
-        self.metrics.bytes.labels(*self._labels).inc(delivered)
+        counters = self._delivery_counters
+        if counters is None:
+            metrics = self.metrics
+            counters = metrics.records.labels(*self._labels), metrics.bytes.labels(*self._labels)
+            self._delivery_counters = counters
+        counters[0].inc(len(records))
+        counters[1].inc(delivered)
 
     async def _end_of_shard(self, end: ShardEnd) -> ShardOutcome:
         """The KCL's order: child leases first, then the processor's SHARD_END checkpoint, then

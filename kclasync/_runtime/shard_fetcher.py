@@ -164,6 +164,7 @@ class ShardFetcher:
         )
         pause = ReadPause(0.0, 0)
         behind = self.metrics.millis_behind.labels(*self._labels)
+        behind_set: int | None = None  # the gauge's value as last set here
         while True:
             try:
                 result = await cursor.next(cfg.max_records)
@@ -171,8 +172,10 @@ class ShardFetcher:
                 log.warning("shard %s no longer exists; treating it as ended", self.shard_id)
                 await self.queue.put(ShardEnd(()))
                 return
-            if result.millis_behind_latest is not None:
-                behind.set(result.millis_behind_latest)
+            lag = result.millis_behind_latest
+            if lag is not None and lag != behind_set:
+                behind.set(lag)  # a gauge: setting the value it holds changes nothing
+                behind_set = lag
             records = self.expand(result.records)
             if records:
                 await self.queue.put(Batch(records, result.millis_behind_latest))

@@ -13,6 +13,7 @@ backend does); running the parts and the order of a stop are ``worker``'s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Callable
 
@@ -165,6 +166,10 @@ def lease_coordinator(
         return asyncio.get_running_loop().time()
 
     now = clock if clock is not None else loop_time
+    if clock is None:
+        # The running loop's clock, bound once: read on every renewal, write and due time.
+        with contextlib.suppress(RuntimeError):  # built outside a loop: found on each read
+            now = asyncio.get_running_loop().time
     held = HeldLeases(
         store=store,
         worker_id=worker_id,

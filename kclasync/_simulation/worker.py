@@ -11,6 +11,7 @@ all it sees of the simulation).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -72,6 +73,10 @@ class SimWorker:
     def __init__(self, sim: WorkerHost, name: str) -> None:
         self.sim = sim
         self.name = name
+        #: The running loop's clock, bound once (read on every write and batch).
+        self.now: Callable[[], float] = now
+        with contextlib.suppress(RuntimeError):
+            self.now = asyncio.get_running_loop().time
         self.running = asyncio.Event()
         self.running.set()
         self.consumer: Consumer | None = None
@@ -84,7 +89,9 @@ class SimWorker:
         return not self.running.is_set()
 
     async def gate(self) -> None:
-        """Blocks while the worker is paused."""
+        """Blocks while the worker is paused. The adapters' calls test ``paused`` first and
+        await this only when it holds: a gate that is open does not suspend, so skipping its
+        coroutine changes nothing but the cost (two per adapter call)."""
         if not self.running.is_set():
             await self.running.wait()
 
@@ -106,19 +113,24 @@ class SimWorkerRegistry(MemoryWorkerMetrics):
         self.worker = worker
 
     async def report(self, metrics: WorkerMetrics) -> None:
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         await super().report(metrics)
 
     async def list_workers(self) -> DecodedEntries:
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         result = await super().list_workers()
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         return result
 
     async def get(self, worker_id: str) -> WorkerMetrics | None:
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         result = await super().get(worker_id)
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         return result
 
 
@@ -130,19 +142,23 @@ class SimLeaseStore(MemoryLeaseStore):
         self.worker = worker
 
     async def _read(self, op: str, apply: Callable[[], _T]) -> _T:
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         result = await super()._read(op, apply)
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         return result
 
     async def _write(self, op: str, apply: Callable[[], _T]) -> _T:
-        token = _SENT.set((now(), op))
+        token = _SENT.set((self.worker.now(), op))
         try:
-            await self.worker.gate()
+            if self.worker.paused:
+                await self.worker.gate()
             result = await super()._write(op, apply)
         finally:
             _SENT.reset(token)
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         return result
 
     def worker_registry(self) -> MemoryWorkerMetrics:
@@ -159,7 +175,7 @@ class SimLeaseStore(MemoryLeaseStore):
             stored,
             op=sent[1] if sent is not None else "unknown",
             writer=self.worker.name,
-            now=now(),
+            now=self.worker.now(),
             writer_sent=sent[0] if sent is not None else None,
         )
         return stored
@@ -178,7 +194,7 @@ class SimLeaseStore(MemoryLeaseStore):
     async def delete_lease(self, lease: Lease) -> bool:
         deleted = await super().delete_lease(lease)
         if deleted:
-            self.worker.sim.checker.lease_deleted(lease.key, now())
+            self.worker.sim.checker.lease_deleted(lease.key, self.worker.now())
         return deleted
 
 
@@ -186,29 +202,36 @@ class SimStreamClient(MemoryStreamClient):
     def __init__(self, stream: MemoryStream, faults: FaultPlan, worker: SimWorker) -> None:
         super().__init__([stream], faults=faults)
         self.worker = worker
+        self.now = worker.now
 
     async def list_shards(
         self, stream: str, shard_filter: ShardFilter | None = None
     ) -> list[Shard]:
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         result = await super().list_shards(stream, shard_filter)
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         return result
 
     async def get_shard_iterator(
         self, stream: str, shard_id: str, position: StartingPosition
     ) -> str:
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         result = await super().get_shard_iterator(stream, shard_id, position)
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         return result
 
     async def get_records(
         self, stream: str, shard_id: str, iterator: str, limit: int
     ) -> GetRecordsResult:
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         result = await super().get_records(stream, shard_id, iterator, limit)
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         return result
 
 
@@ -223,7 +246,7 @@ class SimProcessor:
 
     async def initialize(self, shard: ShardInfo) -> None:
         self.shard_id = shard.shard_id
-        self.last_checkpoint_at = now()
+        self.last_checkpoint_at = self.worker.now()
 
     async def process_records(
         self,
@@ -238,7 +261,7 @@ class SimProcessor:
             records[0].sequence_number,
             records[-1].sequence_number,
             len(records),
-            now(),
+            self.worker.now(),
         )
         completed = False
         try:
@@ -246,13 +269,13 @@ class SimProcessor:
             await self.worker.gate()  # a pause freezes the batch in the middle
             completed = True
         finally:
-            sim.checker.call_ended(call, now(), completed=completed)
+            sim.checker.call_ended(call, self.worker.now(), completed=completed)
         if sim.buffered_checkpoints:
             await checkpointer.checkpoint(persist=False)  # no I/O; the runtime writes it
-        elif now() - self.last_checkpoint_at >= sim.checkpoint_interval:
+        elif self.worker.now() - self.last_checkpoint_at >= sim.checkpoint_interval:
             try:
                 await checkpointer.checkpoint()
-                self.last_checkpoint_at = now()
+                self.last_checkpoint_at = self.worker.now()
             except (ThrottledError, TransientError):
                 pass  # the next batch checkpoints; the records are safe until then
 
@@ -269,7 +292,8 @@ class SimProcessor:
         await write()  # type: ignore[misc]
 
     async def shard_ended(self, checkpointer: Checkpointer) -> None:
-        await self.worker.gate()
+        if self.worker.paused:
+            await self.worker.gate()
         await self._retrying(checkpointer.checkpoint_shard_end)
 
     async def shutdown_requested(self, checkpointer: Checkpointer) -> None:

@@ -1,15 +1,20 @@
 """The leader lock's term: short in a kclasync-only fleet, the configured (Java) one otherwise,
-and safe across a switch (the holder stops leading before any reader may take over)."""
+and safe across a switch (the holder stops leading before any reader may take over); and the
+successor watch: a bounded set of named workers read it at the short term's pace."""
 
 from __future__ import annotations
 
 from kclasync._core.leases.leader_lock import LeaderLockState, LockAction, LockItem
 from kclasync._core.leases.lock_term import (
+    SUCCESSORS,
     LockTerm,
+    alive_workers,
     lock_interval,
     lock_term,
     other_implementations,
     short_term_failover,
+    successors,
+    watch_interval,
 )
 from kclasync._core.workers import worker_metrics as wm
 
@@ -88,3 +93,83 @@ def test_only_leader_based_workers_with_early_failover_write_the_short_term() ->
     assert short_term_failover(F, leader_based=True, early_failover=True) == F
     assert short_term_failover(F, leader_based=True, early_failover=False) is None
     assert short_term_failover(F, leader_based=False, early_failover=True) is None
+
+
+# The successor watch: a bounded set of fast readers, whatever the fleet's size.
+
+
+def test_the_holder_names_the_lowest_alive_ids_but_never_itself() -> None:
+    assert successors("a", {"a", "d", "b", "c"}, None) == ("b", "c")
+    assert successors("a", {"a"}, None) == ()
+    assert successors("a", {"a", "b"}, None, count=3) == ("b",)
+
+
+def test_named_successors_stay_named_while_alive_and_a_dead_one_is_replaced() -> None:
+    # Kept in their order, so that they have been reading fast long before they are needed.
+    assert successors("a", {"a", "b", "c", "x", "y"}, ("y", "x")) == ("y", "x")
+    # "y" died (not alive any more): "x" stays first, the lowest other id fills in.
+    assert successors("a", {"a", "b", "c", "x"}, ("y", "x")) == ("x", "b")
+    # A new holder drops itself from its predecessor's list.
+    assert successors("x", {"a", "b", "x", "y"}, ("x", "y")) == ("y", "a")
+
+
+def test_only_kclasync_workers_not_suspected_may_be_named() -> None:
+    entries = [entry("a"), entry("b"), entry("java-1", impl=None), entry("c")]
+    assert alive_workers(entries, suspected={"b"}) == {"a", "c"}
+
+
+def pace(worker: str, **kw: object) -> float:
+    args: dict[str, object] = {
+        "configured_interval": 30.0,
+        "duration": F,
+        "failover_time": F,
+        "named": ("b", "c"),
+        **kw,
+    }
+    return watch_interval(worker, **args)  # type: ignore[arg-type]
+
+
+def test_named_workers_read_fast_the_others_at_the_configured_pace() -> None:
+    assert pace("b") == pace("c") == F / 4
+    assert pace("d") == 30.0
+    # A worker that cannot write the short term reads at the configured pace, named or not.
+    assert pace("b", failover_time=None) == 30.0
+
+
+def test_an_item_naming_nobody_is_read_at_its_own_pace() -> None:
+    # A Java KCL leader's 120 s item: every 30 s, as the Java workers do.
+    assert pace("d", named=None, duration=120.0) == 30.0
+    # A short term naming nobody (an earlier kclasync leader): fast, as before the names.
+    assert pace("d", named=None) == F / 4
+
+
+def test_the_fast_watch_is_bounded_whatever_the_fleet_size() -> None:
+    for size in (3, 10, 100, 1000):
+        workers = [f"w{i:04d}" for i in range(size)]
+        named = successors(workers[0], set(workers), None)
+        fast = [w for w in workers[1:] if pace(w, named=named) < 30.0]
+        assert len(fast) == min(SUCCESSORS, size - 1)
+
+
+def test_a_slow_reader_still_waits_a_full_term_after_the_version_it_saw() -> None:
+    """The pace decides when a reader notices, never whether it may take over: a reader that
+    reads every 30 s an item of 10 s takes it over only when the version it saw stood still
+    for 10 s on its own clock."""
+    reader = LeaderLockState("d")
+    item = LockItem("a", "v1", F, successors=("b", "c"))
+    reader.observe(item, 0.0)
+    assert reader.seen_successors == ("b", "c")
+    assert reader.decide(item, 0.0).action is LockAction.WAIT
+    newer = LockItem("a", "v9", F, successors=("b", "c"))  # the holder wrote meanwhile
+    reader.observe(newer, 30.0)
+    assert reader.decide(newer, 30.0).action is LockAction.WAIT
+    reader.observe(newer, 60.0)
+    assert reader.decide(newer, 60.0).action is LockAction.TAKE
+
+
+def test_an_empty_list_keeps_everyone_fast_until_the_holder_read_the_registry() -> None:
+    """A new holder names nobody before its first registry read of the term; it may switch to
+    the short term at its next write, and whoever it then names must be reading fast."""
+    assert pace("d", named=(), duration=120.0) == F / 4
+    # Without the short term, the configured pace whatever the list.
+    assert pace("d", named=(), duration=120.0, failover_time=None) == 30.0

@@ -119,3 +119,40 @@ async def test_leaves_the_migration_item_alone(moto: LocalAws, unique_name: str)
         assert await store.release_lock("Leader", "r1", "w1", "unused")
         resp = await ddb.scan(TableName=store.table_name)
         assert resp["Items"] == [migration]
+
+
+async def test_successors_are_one_extra_list_attribute_and_a_java_write_drops_them(
+    moto: LocalAws, unique_name: str
+) -> None:
+    async with moto.client_options().create_client("dynamodb") as ddb:
+        store = await _store(ddb, unique_name)
+        written = await store.create_lock("Leader", "w1", 10.0, "rvn-1", ("w2", "w3"))
+        assert written is not None and written.successors == ("w2", "w3")
+        raw = await _raw(store, ddb) or {}
+        # The lock client's attributes unchanged, and one more it does not read.
+        assert {k: v for k, v in raw.items() if k != "kclasyncSuccessors"} == {
+            "key": {"S": "Leader"},
+            "ownerName": {"S": "w1"},
+            "leaseDuration": {"S": "10000"},
+            "recordVersionNumber": {"S": "rvn-1"},
+        }
+        assert raw["kclasyncSuccessors"] == {"L": [{"S": "w2"}, {"S": "w3"}]}
+        read = await store.get_lock("Leader")
+        assert read is not None and read.successors == ("w2", "w3")
+        # A Java KCL leader's write (a put of its own attributes) leaves no successors.
+        await ddb.put_item(TableName=store.table_name, Item=JAVA_LEADER_ITEM)
+        java = await store.get_lock("Leader")
+        assert java is not None and java.successors is None
+        # A holder that has not read the registry yet names an empty list (everyone fast).
+        empty = await store.replace_lock(
+            "Leader", "e6ecf3b5-7cf6-4908-97b3-50a7d30cebc0", "w1", 10.0, "rvn-2", ()
+        )
+        assert empty is not None and empty.successors == ()
+        assert (await store.get_lock("Leader")) == empty
+        # A value that is not a list of strings names nobody.
+        await ddb.put_item(
+            TableName=store.table_name,
+            Item={**JAVA_LEADER_ITEM, "kclasyncSuccessors": {"L": [{"N": "1"}]}},
+        )
+        odd = await store.get_lock("Leader")
+        assert odd is not None and odd.successors is None

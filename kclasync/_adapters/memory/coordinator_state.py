@@ -85,24 +85,35 @@ class MemoryCoordinatorState:
         return await self._call("get_lock", lambda: self.items.get(key))
 
     async def create_lock(
-        self, key: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
         def apply() -> LockItem | None:
             if not holds(rules.lock_create(), _attributes(key, self.items.get(key))):
                 return None
-            self.items[key] = LockItem(owner, version, lease_duration)
+            self.items[key] = LockItem(owner, version, lease_duration, successors=successors)
             return self.items[key]
 
         return await self._call("create_lock", apply)
 
     async def replace_lock(
-        self, key: str, expected_version: str, owner: str, lease_duration: float, version: str
+        self,
+        key: str,
+        expected_version: str,
+        owner: str,
+        lease_duration: float,
+        version: str,
+        successors: tuple[str, ...] | None = None,
     ) -> LockItem | None:
         def apply() -> LockItem | None:
             condition = rules.lock_replace(expected_version)
             if not holds(condition, _attributes(key, self.items.get(key))):
                 return None
-            self.items[key] = LockItem(owner, version, lease_duration)
+            self.items[key] = LockItem(owner, version, lease_duration, successors=successors)
             return self.items[key]
 
         return await self._call("replace_lock", apply)

@@ -112,7 +112,10 @@ async def with_faults(plan: FaultPlan | None, operation: str, apply: Callable[[]
     faults, delay, throttle_draw, transient_draw, after_draw = plan.draw(operation)
     if delay is not None:
         await asyncio.sleep(delay)
-    fail_after = plan.outcome(operation, faults, throttle_draw, transient_draw, after_draw)
+    # ``outcome`` raises or reports only when a draw falls under its probability.
+    fail_after = (
+        throttle_draw < faults.throttle or transient_draw < faults.transient
+    ) and plan.outcome(operation, faults, throttle_draw, transient_draw, after_draw)
     result = apply()
     if fail_after:
         raise TransientError(f"injected transient failure of {operation} (outcome unknown)")

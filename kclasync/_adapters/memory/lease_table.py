@@ -11,6 +11,7 @@ table).
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -66,19 +67,27 @@ def _removed(field: str) -> object:
     return default
 
 
+#: ``Lease``'s fields in the order of its initializer, and a getter of all of them at once.
+_FIELDS = {name: index for index, name in enumerate(attrs.fields_dict(Lease))}
+_ALL_FIELDS = operator.attrgetter(*_FIELDS)
+
+
 def apply_update(update: tuple[rules.Action, ...], stored: Lease) -> Lease:
     """The lease once a write's update is applied, as DynamoDB applies it to the item: every
-    action reads the item as it was before the write."""
-    changes: dict[str, Any] = {}
+    action reads the item as it was before the write. (What ``attrs.evolve`` would build,
+    built from the stored values positionally: one of these per lease write.)"""
+    values = list(_ALL_FIELDS(stored))
+    value: Any
     for action in update:
         field = action.attr.value
         if isinstance(action, rules.Set):
-            changes[field] = action.value
+            value = action.value
         elif isinstance(action, rules.Remove):
-            changes[field] = _removed(field)
+            value = _removed(field)
         else:
-            changes[field] = (getattr(stored, field) or 0) + action.amount
-    return attrs.evolve(stored, **changes)
+            value = (getattr(stored, field) or 0) + action.amount
+        values[_FIELDS[field]] = value
+    return type(stored)(*values)
 
 
 class LeaseItems(dict[str, Lease]):

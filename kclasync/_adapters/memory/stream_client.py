@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import attrs
@@ -98,6 +98,9 @@ class MemoryStreamClient:
         #: (stream, shard) -> the last iterator issued for it, and its token: the next call
         #: almost always brings that token back, which then needs no parsing.
         self._issued: dict[tuple[str, str], tuple[str, _Iterator]] = {}
+        #: The loop clock its iterators are stamped and judged by (a subclass that lives in
+        #: one loop may bind that loop's ``time``).
+        self.now: Callable[[], float] = loop_time
 
     # -- streams and producers -------------------------------------------------------------
 
@@ -177,7 +180,7 @@ class MemoryStreamClient:
                 assert position.timestamp is not None  # StartingPosition guarantees it
                 min_arrival = found.to_loop_time(position.timestamp)
             start = found._iterator_start(position)
-            return self._issue(_Iterator(stream, shard_id, start, min_arrival, loop_time()))
+            return self._issue(_Iterator(stream, shard_id, start, min_arrival, self.now()))
 
         return await with_faults(self.faults, "get_shard_iterator", apply)
 
@@ -196,7 +199,7 @@ class MemoryStreamClient:
                 )
             found = self._shard_stream(stream, shard_id)
             state = found._state(shard_id)
-            now = loop_time()
+            now = self.now()
             if now - it.created > self.iterator_ttl:
                 raise ExpiredIteratorError(
                     f"iterator for {stream}/{shard_id} is {now - it.created:.1f}s old"

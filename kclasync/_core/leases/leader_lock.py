@@ -54,6 +54,9 @@ class LockItem:
     #: Seconds; how long readers wait after the last change before taking the lock over.
     lease_duration: float
     released: bool = False
+    #: The workers the holder named to watch the lock at the short term's pace
+    #: (``core.lock_term.successors``; None: the item names none, as a Java KCL's item).
+    successors: tuple[str, ...] | None = None
 
 
 class LockAction(enum.Enum):
@@ -80,6 +83,8 @@ class LeaderLockState:
     seen_owner: str | None = attrs.field(default=None, init=False)
     #: The lease duration of the lock item last read (None: no item).
     seen_duration: float | None = attrs.field(default=None, init=False)
+    #: The successors the lock item last read named (None: no item, or it names none).
+    seen_successors: tuple[str, ...] | None = attrs.field(default=None, init=False)
     _seen_at: float = attrs.field(default=0.0, init=False)
     _held_version: str | None = attrs.field(default=None, init=False)
     _held_sent_at: float = attrs.field(default=0.0, init=False)
@@ -92,9 +97,11 @@ class LeaderLockState:
             self._held_version = None
             self.seen_owner = None
             self.seen_duration = None
+            self.seen_successors = None
             return
         self.seen_owner = None if item.released else item.owner
         self.seen_duration = item.lease_duration
+        self.seen_successors = item.successors
         if item.record_version != self._seen_version:
             self._seen_version = item.record_version
             self._seen_at = now
@@ -130,6 +137,7 @@ class LeaderLockState:
         self._held_duration = item.lease_duration
         self._seen_version = item.record_version
         self._seen_at = sent_at
+        self.seen_successors = item.successors
 
     def lost(self) -> None:
         """A write of ours was rejected, or we released the lock."""
