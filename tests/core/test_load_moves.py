@@ -107,3 +107,24 @@ def test_a_hot_lease_goes_where_one_lease_back_makes_room_for_it() -> None:
     assert len(moves) == 3, moves
     assert Move("w1-0", "w1", "w3") in moves
     assert Move("w3-0", "w3", "w1") in moves
+
+
+def test_a_newcomer_is_given_one_learning_lease_when_nothing_lowers_the_peak() -> None:
+    # "hot" carries a 1900 KB/s lease and crumbs: 67 % on its 2850, just above the band over
+    # the unmovable peak (that lease on the 3000 KB/s "big", 63 %, + 5 %), and no move or
+    # exchange lowers it (the lease fits nowhere as it is, an exchange for big's twenty light
+    # leases does not pay for them, a crumb is below the minimum gain). The idle newcomer,
+    # priced from a guess, takes one lease to learn its capacity. Before, the learning fallback
+    # ran again for every step that found nothing: lease after lease to the newcomer within
+    # its learning budget, none of which lowered the peak (tuning large seed 0's join: 2 moves
+    # where the fewest are 0).
+    snapshot = fleet_of(
+        {
+            "hot": (2850.0, [1900.0, 5.0, 5.0, 5.0]),
+            "big": (3000.0, [20.0] * 20),
+            "a": (1000.0, [100.0, 90.0, 80.0, 70.0]),
+        }
+    )
+    snapshot = FleetSnapshot(snapshot.leases, (*snapshot.workers, WorkerLoad("new", 0.0)))
+    moves = plan_load_aware(snapshot).moves
+    assert moves == (Move("a-0", "a", "new"),), moves

@@ -249,6 +249,12 @@ def _descend(
                 step = frugal_step(model, movable, settings.min_gain_percent, ceiling)
             if step is None:
                 step = best_step(model, movable, settings.min_gain_percent)
+            if step is None and not learned:
+                # Nothing lowers the peak as the loads are priced, but a worker priced from a
+                # guess is only known once it carries load: one lease to learn from. A second
+                # (the learning budget had room) lowered no peak either: a move for nothing.
+                step = learning_step(model, movable, settings.min_gain_percent)
+                learned = True
         elif learning and not learned:
             # One lease is enough to learn from: within the band nothing else needs to move,
             # and a few more leases to the newcomer are moves the fewest do not make.
