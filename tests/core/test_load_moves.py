@@ -11,6 +11,8 @@ rates, and the next run moved leases again."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from kclasync._core.assignment.assignment_decisions import rebalance_step, throughputs_moving
 from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, Move, WorkerLoad
 from kclasync._core.assignment.load_balancer import plan_load_aware
@@ -127,4 +129,24 @@ def test_a_newcomer_is_given_one_learning_lease_when_nothing_lowers_the_peak() -
     )
     snapshot = FleetSnapshot(snapshot.leases, (*snapshot.workers, WorkerLoad("new", 0.0)))
     moves = plan_load_aware(snapshot).moves
+    assert moves == (Move("a-0", "a", "new"),), moves
+
+
+def test_a_newcomer_priced_from_a_guess_does_not_lower_the_unmovable_peak() -> None:
+    # The 1150 KB/s lease on a 4000 KB/s worker (29.75 % with its crumbs) is as low as that
+    # lease goes on any worker whose capacity is known: the fleet is in band. The idle newcomer
+    # reports 10 CPUs, 5000 KB/s at the fleet's capacity per CPU; judged by that guess the
+    # unmovable peak was 23 % and w3 above its band: the hot lease went to the newcomer (a
+    # 4000 KB/s worker, no lower there) and the plan moved on (held-out-3 hot seed 300's join:
+    # 5 moves where the fewest are 0). It takes one lease to learn its capacity, nothing else.
+    spec = {
+        "w3": (4000.0, [1150.0, 20.0, 20.0]),
+        "w4": (4000.0, [1100.0]),
+        "a": (2000.0, [250.0, 200.0, 100.0]),
+    }
+    cores = {"w3": 8.0, "w4": 8.0, "a": 4.0}
+    snapshot = fleet_of(spec)
+    workers = tuple(dataclasses.replace(w, cores=cores[w.worker_id]) for w in snapshot.workers)
+    new = WorkerLoad("new", cpu_percent=0.0, cores=10.0)
+    moves = plan_load_aware(FleetSnapshot(snapshot.leases, (*workers, new))).moves
     assert moves == (Move("a-0", "a", "new"),), moves

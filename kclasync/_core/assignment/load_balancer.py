@@ -95,7 +95,7 @@ def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None =
 
 def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str, float]) -> float:
     """A load no plan can bring the most loaded worker below: the hottest lease alone on the
-    worker where it costs least, and what is pinned (sticky leases, leases in handoff) on each
+    worker where it costs least (of those priced from more than a guess), and what is pinned (sticky leases, leases in handoff) on each
     worker. Above the fleet's level, the balance is judged against it: moves that level the
     other workers below an unmovable peak do not lower the peak."""
     live = model.workers
@@ -103,7 +103,12 @@ def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str,
         (throughputs[lease.key] for lease in snapshot.leases if not lease.expired),
         default=0.0,
     )
-    cheapest = min((r for r in model.rate.values() if r > 0), default=0.0)
+    # Where the hottest lease costs least, among the workers whose price is known: a newcomer
+    # priced from a guess (its CPU count, the fleet's average) is not known to be larger, and
+    # judged by that guess a peak already in band looked above it (the hot lease then went to
+    # the newcomer, and the leases behind it were shuffled, where no move was needed).
+    known = [r for wid, r in model.rate.items() if r > 0 and wid not in model.guessed]
+    cheapest = min(known or [r for r in model.rate.values() if r > 0], default=0.0)
     pinned = dict.fromkeys(live, 0.0)
     for lease in snapshot.leases:
         if lease.owner in pinned and not lease.expired and (lease.sticky or lease.in_handoff):
