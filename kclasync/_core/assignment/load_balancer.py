@@ -51,6 +51,10 @@ from kclasync._core.assignment.load_steps import (
 
 __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
 
+#: How far off a capacity guessed from a worker's CPU count may be (its per-CPU speed differs
+#: from the fleet's): ``peak_floor`` prices a guessed worker as this much smaller.
+GUESS_ERROR = 1.5
+
 
 @dataclass(frozen=True, slots=True)
 class BalancerSettings:
@@ -95,20 +99,22 @@ def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None =
 
 def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str, float]) -> float:
     """A load no plan can bring the most loaded worker below: the hottest lease alone on the
-    worker where it costs least (of those priced from more than a guess), and what is pinned (sticky leases, leases in handoff) on each
-    worker. Above the fleet's level, the balance is judged against it: moves that level the
-    other workers below an unmovable peak do not lower the peak."""
+    worker where it costs least (a price from a guess counted pessimistically), and what is
+    pinned (sticky leases, leases in handoff) on each worker. Above the fleet's level, the
+    balance is judged against it: moves that level the other workers below an unmovable peak
+    do not lower the peak."""
     live = model.workers
     hottest = max(
         (throughputs[lease.key] for lease in snapshot.leases if not lease.expired),
         default=0.0,
     )
-    # Where the hottest lease costs least, among the workers whose price is known: a newcomer
-    # priced from a guess (its CPU count, the fleet's average) is not known to be larger, and
-    # judged by that guess a peak already in band looked above it (the hot lease then went to
-    # the newcomer, and the leases behind it were shuffled, where no move was needed).
-    known = [r for wid, r in model.rate.items() if r > 0 and wid not in model.guessed]
-    cheapest = min(known or [r for r in model.rate.values() if r > 0], default=0.0)
+    # Where the hottest lease costs least; a worker priced from a guess (a newcomer's CPU count
+    # at the fleet's capacity per CPU) counts as ``GUESS_ERROR`` times smaller: the guess is
+    # that far off at times, and judged by it a peak already in band on a known worker looked
+    # above it (a 4000 KB/s newcomer guessed at 4577 took the hot lease off a 4000 KB/s worker,
+    # and the plan shuffled the leases behind it). A newcomer that much larger still counts.
+    prices = [r * GUESS_ERROR if wid in model.guessed else r for wid, r in model.rate.items()]
+    cheapest = min((r for r in prices if r > 0), default=0.0)
     pinned = dict.fromkeys(live, 0.0)
     for lease in snapshot.leases:
         if lease.owner in pinned and not lease.expired and (lease.sticky or lease.in_handoff):
