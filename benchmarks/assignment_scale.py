@@ -1,6 +1,7 @@
 """The load planner's cost per assignment run as the fleet grows: the largest shape of the tuning
 sweep (benchmarks/assignment_shapes.py: 12 workers, 404 shards) against 10x its workers and
-shards, in the same process (ratios; the machine is shared, so absolute times are noisy).
+shards (each alone, then both), in the same process (ratios; the machine is shared, so absolute
+times are noisy).
 
 Two snapshots per size: "unbalanced" (every lease placed at random on the first half of the
 workers, the other half just joined; Zipf skew 0.8: the plan moves about half the leases, the
@@ -70,7 +71,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    sizes = [(12, 404), (20, 500), (120, 4040), (200, 5000)]
+    # 10x the shards alone, 10x the workers alone, both, and the largest.
+    sizes = [(12, 404), (20, 500), (12, 4040), (120, 404), (120, 4040), (200, 5000)]
     base: dict[str, float] = {}
     print("| workers x shards | snapshot | plan time (best) | x the 12 x 404 time | moves |")
     print("|---|---|---|---|---|")

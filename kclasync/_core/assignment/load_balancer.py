@@ -200,10 +200,14 @@ def _rebalance(
     # Two descents from the same state: levelling each peak with its best partner, and the
     # fewest moves (each off the peak, the lease that brings it into band in one move). The
     # second is taken when it moves fewer leases and still ends within the target band.
-    greedy, _ = _descend(snapshot, model, throughputs, settings, placed, peak, spare, learning)
-    frugal, after = _descend(
-        snapshot, model, throughputs, settings, placed, peak, spare, learning, frugal=True
-    )
+    # Out of balance by the trigger band itself (not only by an idle newcomer's narrower one):
+    # learning leases may follow one another while nothing else lowers the peak, as they make
+    # room on the most loaded workers for an exchange off the peak; beside a fleet within the
+    # trigger band one learning lease is all a plan gives (the next lowered no peak).
+    once = not _outside(model, settings.trigger_percent, settings.noise_floor_percent, peak)
+    args = snapshot, model, throughputs, settings, placed, peak, spare, learning, once
+    greedy, _ = _descend(*args)
+    frugal, after = _descend(*args, frugal=True)
     if len(frugal) < len(greedy) and not _outside(
         after, settings.target_percent, settings.noise_floor_percent / 2, peak, spare_leases=spare
     ):
@@ -220,6 +224,7 @@ def _descend(
     peak: float,
     spare: bool,
     learning: bool,
+    once: bool,
     *,
     frugal: bool = False,
 ) -> tuple[list[Move], LoadModel]:
@@ -260,10 +265,10 @@ def _descend(
                 step = frugal_step(model, movable, settings.min_gain_percent, ceiling)
             if step is None:
                 step = best_step(model, movable, settings.min_gain_percent)
-            if step is None and not learned:
+            if step is None and not (learned and once):
                 # Nothing lowers the peak as the loads are priced, but a worker priced from a
-                # guess is only known once it carries load: one lease to learn from. A second
-                # (the learning budget had room) lowered no peak either: a move for nothing.
+                # guess is only known once it carries load: a lease to learn from (``once``:
+                # only one, see ``_rebalance``).
                 step = learning_step(model, movable, settings.min_gain_percent)
                 learned = True
         elif learning and not learned:
