@@ -165,7 +165,11 @@ def _outside(
 
     if above(band_percent):
         return True
-    empty = level > 0 and spare_leases and any(v <= 0 for v in model.assigned_kbps.values())
+    empty = (
+        level > 0
+        and spare_leases
+        and any(v <= 0 and wid not in model.guessed for wid, v in model.assigned_kbps.items())
+    )
     return empty and above(band_percent if empty_band_percent is None else empty_band_percent)
 
 
@@ -205,7 +209,7 @@ def _rebalance(
     # room on the most loaded workers for an exchange off the peak; beside a fleet within the
     # trigger band one learning lease is all a plan gives (the next lowered no peak).
     once = not _outside(model, settings.trigger_percent, settings.noise_floor_percent, peak)
-    args = snapshot, model, throughputs, settings, placed, peak, spare, learning, once
+    args = snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
     greedy, _ = _descend(*args)
     frugal, after = _descend(*args, frugal=True)
     if len(frugal) < len(greedy) and not _outside(
@@ -223,13 +227,15 @@ def _descend(
     placed: set[str],
     peak: float,
     spare: bool,
+    triggered: bool,
     learning: bool,
     once: bool,
     *,
     frugal: bool = False,
 ) -> tuple[list[Move], LoadModel]:
     """One plan's steps from ``start`` (left as it is) until the fleet is within the target
-    band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes. Returns
+    band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes; when not
+    ``triggered`` (only an idle worker priced from a guess), its learning lease alone. Returns
     the net moves and the model after them."""
     model = copy.copy(start)
     model.load = dict(start.load)
@@ -259,7 +265,7 @@ def _descend(
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
-        if _outside(model, *band, spare_leases=spare):
+        if triggered and _outside(model, *band, spare_leases=spare):
             step = None
             if frugal:
                 step = frugal_step(model, movable, settings.min_gain_percent, ceiling)

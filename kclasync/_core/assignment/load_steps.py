@@ -126,8 +126,13 @@ def learning_step(
             continue
         # The heaviest lease that fits, from any of the most loaded workers: few leases move.
         best: tuple[float, float, str, str, LeaseLoad] | None = None
+        rate = model.rate[learner]
         for donor in (d for d in donors[:_SEARCH_WIDTH] if d not in model.guessed):
-            entry = movable[donor].at_most(room)
+            # ... and that leaves the learner below the donor (a lease that fits the budget but
+            # not that hid the lighter ones that do: a small newcomer beside large workers).
+            gap = model.load[donor] - min_gain - model.load[learner]
+            below = gap / rate if rate > 0 else room
+            entry = movable[donor].at_most(min(room, below))
             if entry is None:
                 continue
             tp, key, lease = entry
