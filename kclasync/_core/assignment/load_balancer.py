@@ -277,9 +277,10 @@ def _descend(
                 # only one, see ``_rebalance``).
                 step = learning_step(model, movable, settings.min_gain_percent)
                 learned = True
-        elif learning and not learned:
+        elif learning and not learned and any(model.assigned_kbps[w] <= 0 for w in model.guessed):
             # One lease is enough to learn from: within the band nothing else needs to move,
-            # and a few more leases to the newcomer are moves the fewest do not make.
+            # and a few more leases to the newcomer are moves the fewest do not make (nor one
+            # to a newcomer given a lease by the steps above).
             step = learning_step(model, movable, settings.min_gain_percent)
             learned = True
         else:
