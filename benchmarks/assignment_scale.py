@@ -4,9 +4,10 @@ shards (each alone, then both), in the same process (ratios; the machine is shar
 times are noisy).
 
 Two snapshots per size: "unbalanced" (every lease placed at random on the first half of the
-workers, the other half just joined; Zipf skew 0.8, the hottest lease 30 % of the smallest worker:
-the plan moves about half the leases, the worst case) and "balanced" (the planner's own result fed back: the run a
-settled fleet pays every interval). Capacities known, as in a fleet past its first minute.
+workers, the other half just joined; Zipf skew 0.8, the hottest lease 30 % of the smallest
+worker: the plan moves about half the leases, the worst case) and "balanced" (the planner's own
+result fed back: the run a settled fleet pays every interval). Capacities known, as in a fleet
+past its first minute.
 
     flock /tmp/heavy.lock uv run python benchmarks/assignment_scale.py [--repeat 3]
 """
