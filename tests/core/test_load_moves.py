@@ -7,7 +7,10 @@ level, where one is enough for it to learn its capacity; and a peak was levelled
 lightest worker pair by pair, filling that worker with a lease any other could take and then
 taking leases back one at a time, where one move to the right receiver brings it into band;
 and the first run after a traffic change planned on throughputs still on their way to the new
-rates, and the next run moved leases again."""
+rates, and the next run moved leases again. And a newcomer priced from a guess (no capacity
+reported yet) was given leases where none were needed: lease after lease to learn from while
+nothing lowered the peak, the hot lease because its guess looked larger than a known worker,
+and a fleet within its trigger band levelled to the target band because it was idle."""
 
 from __future__ import annotations
 
