@@ -7,9 +7,14 @@ level, where one is enough for it to learn its capacity; and a peak was levelled
 lightest worker pair by pair, filling that worker with a lease any other could take and then
 taking leases back one at a time, where one move to the right receiver brings it into band;
 and the first run after a traffic change planned on throughputs still on their way to the new
-rates, and the next run moved leases again."""
+rates, and the next run moved leases again. And a newcomer priced from a guess (no capacity
+reported yet) was given leases where none were needed: lease after lease to learn from while
+nothing lowered the peak, the hot lease because its guess looked larger than a known worker,
+and a fleet within its trigger band levelled to the target band because it was idle."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from kclasync._core.assignment.assignment_decisions import rebalance_step, throughputs_moving
 from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, Move, WorkerLoad
@@ -107,3 +112,61 @@ def test_a_hot_lease_goes_where_one_lease_back_makes_room_for_it() -> None:
     assert len(moves) == 3, moves
     assert Move("w1-0", "w1", "w3") in moves
     assert Move("w3-0", "w3", "w1") in moves
+
+
+def test_a_newcomer_is_given_one_learning_lease_when_nothing_lowers_the_peak() -> None:
+    # "hot" carries a 1900 KB/s lease and crumbs: 67 % on its 2850, just above the band over
+    # the unmovable peak (that lease on the 3000 KB/s "big", 63 %, + 5 %), and no move or
+    # exchange lowers it (the lease fits nowhere as it is, an exchange for big's twenty light
+    # leases does not pay for them, a crumb is below the minimum gain). The idle newcomer,
+    # priced from a guess, takes one lease to learn its capacity. Before, the learning fallback
+    # ran again for every step that found nothing: lease after lease to the newcomer within
+    # its learning budget, none of which lowered the peak (tuning large seed 0's join: 2 moves
+    # where the fewest are 0).
+    snapshot = fleet_of(
+        {
+            "hot": (2850.0, [1900.0, 5.0, 5.0, 5.0]),
+            "big": (3000.0, [20.0] * 20),
+            "a": (1000.0, [100.0, 90.0, 80.0, 70.0]),
+        }
+    )
+    snapshot = FleetSnapshot(snapshot.leases, (*snapshot.workers, WorkerLoad("new", 0.0)))
+    moves = plan_load_aware(snapshot).moves
+    assert moves == (Move("a-0", "a", "new"),), moves
+
+
+def test_a_newcomer_priced_from_a_guess_does_not_lower_the_unmovable_peak() -> None:
+    # The 1150 KB/s lease on a 4000 KB/s worker (29.75 % with its crumbs) is as low as that
+    # lease goes on any worker whose capacity is known: the fleet is in band. The idle newcomer
+    # reports 10 CPUs, 5000 KB/s at the fleet's capacity per CPU; judged by that guess the
+    # unmovable peak was 23 % and w3 above its band: the hot lease went to the newcomer (a
+    # 4000 KB/s worker, no lower there) and the plan moved on (held-out-3 hot seed 300's join:
+    # 5 moves where the fewest are 0). It takes one lease to learn its capacity, nothing else.
+    spec = {
+        "w3": (4000.0, [1150.0, 20.0, 20.0]),
+        "w4": (4000.0, [1100.0]),
+        "a": (2000.0, [250.0, 200.0, 100.0]),
+    }
+    cores = {"w3": 8.0, "w4": 8.0, "a": 4.0}
+    snapshot = fleet_of(spec)
+    workers = tuple(dataclasses.replace(w, cores=cores[w.worker_id]) for w in snapshot.workers)
+    new = WorkerLoad("new", cpu_percent=0.0, cores=10.0)
+    moves = plan_load_aware(FleetSnapshot(snapshot.leases, (*workers, new))).moves
+    assert moves == (Move("a-0", "a", "new"),), moves
+
+
+def test_an_idle_newcomer_does_not_narrow_the_band_of_a_fleet_within_its_trigger() -> None:
+    # Six 4000 KB/s workers at 32-34 %, a level of 31.1 % with the newcomer (2 CPUs, 1000 KB/s
+    # at the fleet's capacity per CPU): "p" (34.1 %) is above the target band (32.6 %) and
+    # within the trigger band (34.2 %). The idle newcomer narrowed the trigger to the target
+    # band, and the plan levelled the fleet to it: two of p's leases to the newcomer (held-out
+    # hot seed 101 and held-out-6 medium seed 601's joins: 3 moves where the fewest are 0). A
+    # newcomer priced from a guess is given its learning lease (the heaviest that leaves it
+    # below its donor: w0's 80 KB/s, 8 %; a 400 KB/s one would be 40 %), and nothing else.
+    spec = {"p": (4000.0, [400.0, 400.0, 400.0, 40.0, 40.0, 40.0, 40.0, 5.0])}
+    spec |= {f"w{i}": (4000.0, [400.0, 400.0, 400.0, 80.0]) for i in range(5)}
+    snapshot = fleet_of(spec)
+    workers = tuple(dataclasses.replace(w, cores=8.0) for w in snapshot.workers)
+    new = WorkerLoad("new", cpu_percent=0.0, cores=2.0)
+    moves = plan_load_aware(FleetSnapshot(snapshot.leases, (*workers, new))).moves
+    assert moves == (Move("w0-3", "w0", "new"),), moves

@@ -51,6 +51,10 @@ from kclasync._core.assignment.load_steps import (
 
 __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
 
+#: How far off a capacity guessed from a worker's CPU count may be (its per-CPU speed differs
+#: from the fleet's): ``peak_floor`` prices a guessed worker as this much smaller.
+GUESS_ERROR = 1.5
+
 
 @dataclass(frozen=True, slots=True)
 class BalancerSettings:
@@ -95,15 +99,22 @@ def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None =
 
 def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str, float]) -> float:
     """A load no plan can bring the most loaded worker below: the hottest lease alone on the
-    worker where it costs least, and what is pinned (sticky leases, leases in handoff) on each
-    worker. Above the fleet's level, the balance is judged against it: moves that level the
-    other workers below an unmovable peak do not lower the peak."""
+    worker where it costs least (a price from a guess counted pessimistically), and what is
+    pinned (sticky leases, leases in handoff) on each worker. Above the fleet's level, the
+    balance is judged against it: moves that level the other workers below an unmovable peak
+    do not lower the peak."""
     live = model.workers
     hottest = max(
         (throughputs[lease.key] for lease in snapshot.leases if not lease.expired),
         default=0.0,
     )
-    cheapest = min((r for r in model.rate.values() if r > 0), default=0.0)
+    # Where the hottest lease costs least; a worker priced from a guess (a newcomer's CPU count
+    # at the fleet's capacity per CPU) counts as ``GUESS_ERROR`` times smaller: the guess is
+    # that far off at times, and judged by it a peak already in band on a known worker looked
+    # above it (a 4000 KB/s newcomer guessed at 4577 took the hot lease off a 4000 KB/s worker,
+    # and the plan shuffled the leases behind it). A newcomer that much larger still counts.
+    prices = [r * GUESS_ERROR if wid in model.guessed else r for wid, r in model.rate.items()]
+    cheapest = min((r for r in prices if r > 0), default=0.0)
     pinned = dict.fromkeys(live, 0.0)
     for lease in snapshot.leases:
         if lease.owner in pinned and not lease.expired and (lease.sticky or lease.in_handoff):
@@ -154,7 +165,11 @@ def _outside(
 
     if above(band_percent):
         return True
-    empty = level > 0 and spare_leases and any(v <= 0 for v in model.assigned_kbps.values())
+    empty = (
+        level > 0
+        and spare_leases
+        and any(v <= 0 and wid not in model.guessed for wid, v in model.assigned_kbps.items())
+    )
     return empty and above(band_percent if empty_band_percent is None else empty_band_percent)
 
 
@@ -189,10 +204,14 @@ def _rebalance(
     # Two descents from the same state: levelling each peak with its best partner, and the
     # fewest moves (each off the peak, the lease that brings it into band in one move). The
     # second is taken when it moves fewer leases and still ends within the target band.
-    greedy, _ = _descend(snapshot, model, throughputs, settings, placed, peak, spare, learning)
-    frugal, after = _descend(
-        snapshot, model, throughputs, settings, placed, peak, spare, learning, frugal=True
-    )
+    # Out of balance by the trigger band itself (not only by an idle newcomer's narrower one):
+    # learning leases may follow one another while nothing else lowers the peak, as they make
+    # room on the most loaded workers for an exchange off the peak; beside a fleet within the
+    # trigger band one learning lease is all a plan gives (the next lowered no peak).
+    once = not _outside(model, settings.trigger_percent, settings.noise_floor_percent, peak)
+    args = snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
+    greedy, _ = _descend(*args)
+    frugal, after = _descend(*args, frugal=True)
     if len(frugal) < len(greedy) and not _outside(
         after, settings.target_percent, settings.noise_floor_percent / 2, peak, spare_leases=spare
     ):
@@ -208,12 +227,15 @@ def _descend(
     placed: set[str],
     peak: float,
     spare: bool,
+    triggered: bool,
     learning: bool,
+    once: bool,
     *,
     frugal: bool = False,
 ) -> tuple[list[Move], LoadModel]:
     """One plan's steps from ``start`` (left as it is) until the fleet is within the target
-    band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes. Returns
+    band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes; when not
+    ``triggered`` (only an idle worker priced from a guess), its learning lease alone. Returns
     the net moves and the model after them."""
     model = copy.copy(start)
     model.load = dict(start.load)
@@ -243,15 +265,22 @@ def _descend(
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
-        if _outside(model, *band, spare_leases=spare):
+        if triggered and _outside(model, *band, spare_leases=spare):
             step = None
             if frugal:
                 step = frugal_step(model, movable, settings.min_gain_percent, ceiling)
             if step is None:
                 step = best_step(model, movable, settings.min_gain_percent)
-        elif learning and not learned:
+            if step is None and not (learned and once):
+                # Nothing lowers the peak as the loads are priced, but a worker priced from a
+                # guess is only known once it carries load: a lease to learn from (``once``:
+                # only one, see ``_rebalance``).
+                step = learning_step(model, movable, settings.min_gain_percent)
+                learned = True
+        elif learning and not learned and any(model.assigned_kbps[w] <= 0 for w in model.guessed):
             # One lease is enough to learn from: within the band nothing else needs to move,
-            # and a few more leases to the newcomer are moves the fewest do not make.
+            # and a few more leases to the newcomer are moves the fewest do not make (nor one
+            # to a newcomer given a lease by the steps above).
             step = learning_step(model, movable, settings.min_gain_percent)
             learned = True
         else:

@@ -100,20 +100,19 @@ def best_step(
         )
         if step is not None:
             return step
-    # Nothing lowers the peak as the loads are priced; but a worker priced from a guess (it
-    # has not reported a capacity) is only known once it carries load. Left idle it never
-    # reports one, and a hot lease that fits only there (the guess is the fleet's average)
-    # never goes. So it may take light leases from the most loaded workers, as much as would
-    # bring the fleet's smallest worker to the level: enough CPU for its estimate, and no
-    # overload should it be that small (the average's price overfilled a small newcomer).
-    return learning_step(model, movable, min_gain_percent)
+    return None
 
 
 def learning_step(
     model: LoadModel, movable: dict[str, Holdings], min_gain_percent: float
 ) -> list[tuple[LeaseLoad, str, str]] | None:
-    """One light lease for a worker priced from a guess: ``best_step``'s last resort, and the
-    plan's only step for such a worker idle beside a fleet in band."""
+    """One light lease for a worker priced from a guess (no capacity reported), the heaviest
+    that fits from the most loaded workers, within what would bring the fleet's smallest known
+    worker to the level: enough CPU for its estimate, and no overload should it be that small
+    (the average's price overfilled a small newcomer). Until it carries load, whether the peak
+    could go there (a hot lease on a large newcomer) is unknown: the plan's last resort when
+    nothing lowers the peak, and its only step for such a worker idle beside a fleet in band;
+    one per plan (``load_balancer``)."""
     level = model.level()
     known = [model.rate[wid] for wid in model.workers if wid not in model.guessed]
     if not model.guessed or not known or max(known) <= 0:
@@ -127,8 +126,13 @@ def learning_step(
             continue
         # The heaviest lease that fits, from any of the most loaded workers: few leases move.
         best: tuple[float, float, str, str, LeaseLoad] | None = None
+        rate = model.rate[learner]
         for donor in (d for d in donors[:_SEARCH_WIDTH] if d not in model.guessed):
-            entry = movable[donor].at_most(room)
+            # ... and that leaves the learner below the donor (a lease that fits the budget but
+            # not that hid the lighter ones that do: a small newcomer beside large workers).
+            gap = model.load[donor] - min_gain - model.load[learner]
+            below = gap / rate if rate > 0 else room
+            entry = movable[donor].at_most(min(room, below))
             if entry is None:
                 continue
             tp, key, lease = entry
