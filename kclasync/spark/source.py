@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +54,7 @@ from kclasync.spark.offsets import (
     state_after,
 )
 from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
+from kclasync.spark.probing import probe_shards
 from kclasync.spark.progress import ProgressStore
 from kclasync.spark.schema import layout_ddl, with_schema_layout
 from kclasync.spark.shard_task import (
@@ -245,39 +246,37 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ]
 
         iterators: dict[str, str] = {}
+        per_batch = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        # A query's first planning stops asking once a shard has records (``probing``): not
+        # with a row limit (a shard planned unasked would take a share of it) nor with fan-out
+        # (an empty shard's read would wait for its subscription's events).
+        early = offset.batch < 0 and polling and per_batch is None
 
-        async def probe() -> list[bool]:
+        def ask(sid: str) -> Awaitable[bool]:
+            return has_new_records(
+                self._kinesis(),
+                stream,
+                sid,
+                state[sid].position,
+                timestamp=timestamp,
+                until=until,
+                iterators=iterators,
+            )
+
+        async def probe() -> dict[str, bool | None]:
             found, _ = await asyncio.gather(
-                asyncio.gather(
-                    *(
-                        has_new_records(
-                            self._kinesis(),
-                            stream,
-                            sid,
-                            state[sid].position,
-                            timestamp=timestamp,
-                            until=until,
-                            iterators=iterators,
-                        )
-                        for sid in unknown
-                    )
-                ),
+                probe_shards(unknown, ask, early_stop=early),
                 self._sync_lease_table(offset.run, done),
             )
-            return list(found)
+            return found
 
         found = self._driver.run(probe)
         self._iterators = {(sid, state[sid].position): it for sid, it in iterators.items()}
         if until is not None:
-            self._drained |= {
-                (sid, state[sid].position)
-                for sid, has in zip(unknown, found, strict=True)
-                if not has
-            }
-        work = known + [sid for sid, has in zip(unknown, found, strict=True) if has]
+            self._drained |= {(sid, state[sid].position) for sid in unknown if found[sid] is False}
+        work = known + [sid for sid in unknown if found[sid] is not False]
         if not work:
             return start
-        per_batch = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         quotas = allocate_quotas(
             work,
             per_shard=self.options.max_records_per_shard,
