@@ -36,7 +36,7 @@ from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._core.leases.position import InitialPositionKind
 from kclasync._core.lineage.shard import Shard
 from kclasync.spark.checks import check_sink, check_source
-from kclasync.spark.driver_io import DriverIO
+from kclasync.spark.driver_io import DriverClients, DriverIO, in_source_runner
 from kclasync.spark.errors_first import user_facing, user_facing_rows
 from kclasync.spark.fetch import has_new_records
 from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter, check_columns
@@ -87,7 +87,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, latest_at: datetime | None = None) -> None:
         self.options = options
         self.latest_at = latest_at
-        self._io: DriverIO | None = None
+        self._clients = DriverClients(options)
         self._listed: list[Shard] | None = None
         self._listed_at = float("-inf")
         self._until: datetime | None = None
@@ -107,11 +107,14 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["options"])  # type: ignore[misc]
 
+    def open_early(self) -> None:
+        """Open the driver's clients on a thread now (``KinesisDataSource.streamReader`` does
+        in Spark's source runner), not in the first planning."""
+        self._clients.open_early()
+
     @property
     def _driver(self) -> DriverIO:
-        if self._io is None:
-            self._io = DriverIO(self.options)
-        return self._io
+        return self._clients.get()
 
     def _kinesis(self) -> KinesisStreamClient:
         kinesis = self._driver.kinesis
@@ -337,9 +340,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._driver.run(lambda: progress.prune(offset.run, offset.batch))
 
     def stop(self) -> None:
-        if self._io is not None:
-            self._io.close()
-            self._io = None
+        self._clients.close()
 
 
 class KinesisDataSource(DataSource):
@@ -372,7 +373,10 @@ class KinesisDataSource(DataSource):
         options = with_schema_layout(SourceOptions.parse(self.options), schema)
         pinned = self._option(LATEST_AT)
         latest_at = datetime.fromisoformat(pinned) if pinned else getattr(self, "loaded_at", None)
-        return KinesisStreamReader(options, latest_at)
+        reader = KinesisStreamReader(options, latest_at)
+        if in_source_runner():
+            reader.open_early()
+        return reader
 
     @user_facing
     def _sink(self, schema: Any) -> SinkOptions:
