@@ -88,6 +88,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.latest_at = latest_at
         self._clients = DriverClients(options)
+        self._initial: dict[str, Any] | None = None
         self._listed: list[Shard] | None = None
         self._listed_at = float("-inf")
         self._until: datetime | None = None
@@ -108,8 +109,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.__init__(state["options"])  # type: ignore[misc]
 
     def open_early(self) -> None:
-        """Open the driver's clients on a thread now (``KinesisDataSource.streamReader`` does
-        in Spark's source runner), not in the first planning."""
+        """Open the driver's clients on a thread now, not in the first planning."""
         self._clients.open_early()
 
     @property
@@ -162,6 +162,12 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @user_facing
     def initialOffset(self) -> dict[str, Any]:
+        # Spark asks twice as a query starts: the same answer, without listing shards again.
+        if self._initial is None:
+            self._initial = self._initial_offset()
+        return self._initial
+
+    def _initial_offset(self) -> dict[str, Any]:
         start = self.options.starting_position
         when = start.timestamp
         if start.kind is InitialPositionKind.LATEST:

@@ -1,6 +1,7 @@
 """The reader's driver clients: in Spark's streaming source runner they are opened on a thread
 as soon as Spark makes the reader (not in the query's first planning), elsewhere at their first
-use; either way the planning reads the same, and ``stop`` closes them (moto's server)."""
+use; either way the planning reads the same, and ``stop`` closes them. The initial offset is
+made once per reader (moto's server)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,12 @@ def test_outside_the_runner_the_clients_open_at_first_use(
     try:
         assert reader._clients._opening is None and reader._clients._io is None
         start = reader.initialOffset()
-        assert reader._clients._io is not None
+        kinesis = reader._clients._io.kinesis if reader._clients._io else None
+        assert kinesis is not None
+        listed = kinesis.calls["list_shards"]
+        # Spark asks again as the query starts: the same offset (the same run), no new listing.
+        assert reader.initialOffset() == start
+        assert kinesis.calls["list_shards"] == listed
         assert reader.latestOffset(start, ReadAllAvailable()) != start
     finally:
         reader.stop()
