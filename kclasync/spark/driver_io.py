@@ -4,7 +4,9 @@ Spark calls the stream reader synchronously, in a Python process it starts for t
 keeps a private event loop there with one botocore session, the Kinesis client (also for
 enhanced fan-out), the progress store and, with ``leaseTable``, the lease table's client.
 
-Owns: opening, using (``run``) and closing those clients.
+Owns: opening, using (``run``) and closing those clients, and knowing whether this process is
+Spark's streaming source runner (``in_source_runner``), where the reader opens them on a thread
+as soon as Spark makes it, so that a query's first planning does not wait for them.
 Must not: decide what to read or record (``kclasync.spark.source`` plans; executors use
 ``kclasync.spark.worker_io``), or be made on an executor (the reader makes it lazily, on the
 driver only).
@@ -13,7 +15,9 @@ driver only).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -23,7 +27,19 @@ from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync.spark.options import SourceOptions
 from kclasync.spark.progress import ProgressStore, open_progress_store
 
-__all__ = ["DriverIO"]
+__all__ = ["RUNNER", "DriverClients", "DriverIO", "in_source_runner"]
+
+#: The module Spark runs (``python -m``) as a streaming query's driver-side Python process: it
+#: makes the reader once and calls it for every planning and commit of the query.
+RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def in_source_runner() -> bool:
+    """Whether this process is Spark's streaming source runner (elsewhere, e.g. a Python worker
+    that pickles the reader's read function for the executors, the reader plans nothing)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == RUNNER
+
 
 T = TypeVar("T")
 
@@ -70,3 +86,35 @@ class DriverIO:
         with contextlib.suppress(Exception):
             self.run(self._stack.aclose)
         self._loop.close()
+
+
+class DriverClients:
+    """The reader's ``DriverIO``: opened at its first use, or earlier on a thread
+    (``open_early``: botocore loads its service models, 0.1-0.3 s of CPU here, while Spark
+    starts the query rather than in its first planning); closed by ``close``."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._io: DriverIO | None = None
+        self._opening: concurrent.futures.Future[DriverIO] | None = None
+
+    def open_early(self) -> None:
+        if self._io is None and self._opening is None:
+            pool = concurrent.futures.ThreadPoolExecutor(1, "kclasync-driver-io")
+            self._opening = pool.submit(DriverIO, self._options)
+            pool.shutdown(wait=False)
+
+    def get(self) -> DriverIO:
+        """The clients (an error of an early opening is raised here, at the first use)."""
+        if self._io is None:
+            opening, self._opening = self._opening, None
+            self._io = opening.result() if opening is not None else DriverIO(self._options)
+        return self._io
+
+    def close(self) -> None:
+        opening, self._opening = self._opening, None
+        if opening is not None and opening.exception() is None:
+            opening.result().close()
+        if self._io is not None:
+            self._io.close()
+            self._io = None

@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import functools
 from collections.abc import Iterator
-from concurrent.futures import as_completed
+from concurrent.futures import FIRST_COMPLETED
 from datetime import datetime
 from typing import Any
 
@@ -107,15 +107,21 @@ def arrow_batches(p: ShardPartition | ShardGroupPartition) -> Iterator[Any]:
         # One read of the batch's progress for every shard of the task, not one per shard.
         recorded = io.submit(functools.partial(_recorded, io, parts))
     reads = {
-        io.submit(functools.partial(_read_partition, io, part, recorded)): part for part in parts
+        io.submit(functools.partial(_read_partition, io, part, recorded)): i
+        for i, part in enumerate(parts)
     }
+    options = parts[0].options
+    pending = set(reads)
     try:
-        for done in as_completed(reads):
-            part = reads[done]
-            records = done.result()
+        while pending:
+            done, pending = concurrent.futures.wait(pending, return_when=FIRST_COMPLETED)
+            # Shards whose reads ended together leave in the same batches: fewer, fuller
+            # Arrow batches for Spark to take (each shard's rows are still complete and
+            # recorded before they leave).
+            records = [r for f in sorted(done, key=reads.__getitem__) for r in f.result()]
             for i in range(0, len(records), ARROW_CHUNK):
-                batch = records_to_arrow(records[i : i + ARROW_CHUNK], part.options.stream_name)
-                yield in_layout(batch, part.options.column_layout.value)
+                batch = records_to_arrow(records[i : i + ARROW_CHUNK], options.stream_name)
+                yield in_layout(batch, options.column_layout.value)
     finally:
         for read in reads:
             read.cancel()

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from kclasync._adapters.kinesis import KinesisStreamClient
 from kclasync._core.leases.position import InitialPositionKind
 from kclasync._core.lineage.shard import Shard
 from kclasync.spark.checks import check_sink, check_source
-from kclasync.spark.driver_io import DriverIO
+from kclasync.spark.driver_io import DriverClients, DriverIO, in_source_runner
 from kclasync.spark.errors_first import user_facing, user_facing_rows
 from kclasync.spark.fetch import has_new_records
 from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter, check_columns
@@ -54,6 +54,7 @@ from kclasync.spark.offsets import (
     state_after,
 )
 from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
+from kclasync.spark.probing import probe_shards
 from kclasync.spark.progress import ProgressStore
 from kclasync.spark.schema import layout_ddl, with_schema_layout
 from kclasync.spark.shard_task import (
@@ -86,7 +87,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, latest_at: datetime | None = None) -> None:
         self.options = options
         self.latest_at = latest_at
-        self._io: DriverIO | None = None
+        self._clients = DriverClients(options)
+        self._initial: dict[str, Any] | None = None
         self._listed: list[Shard] | None = None
         self._listed_at = float("-inf")
         self._until: datetime | None = None
@@ -106,11 +108,13 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["options"])  # type: ignore[misc]
 
+    def open_early(self) -> None:
+        """Open the driver's clients on a thread now, not in the first planning."""
+        self._clients.open_early()
+
     @property
     def _driver(self) -> DriverIO:
-        if self._io is None:
-            self._io = DriverIO(self.options)
-        return self._io
+        return self._clients.get()
 
     def _kinesis(self) -> KinesisStreamClient:
         kinesis = self._driver.kinesis
@@ -158,6 +162,12 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @user_facing
     def initialOffset(self) -> dict[str, Any]:
+        # Spark asks twice as a query starts: the same answer, without listing shards again.
+        if self._initial is None:
+            self._initial = self._initial_offset()
+        return self._initial
+
+    def _initial_offset(self) -> dict[str, Any]:
         start = self.options.starting_position
         when = start.timestamp
         if start.kind is InitialPositionKind.LATEST:
@@ -245,39 +255,37 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ]
 
         iterators: dict[str, str] = {}
+        per_batch = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        # A query's first planning stops asking once a shard has records (``probing``): not
+        # with a row limit (a shard planned unasked would take a share of it) nor with fan-out
+        # (an empty shard's read would wait for its subscription's events).
+        early = offset.batch < 0 and polling and per_batch is None
 
-        async def probe() -> list[bool]:
+        def ask(sid: str) -> Awaitable[bool]:
+            return has_new_records(
+                self._kinesis(),
+                stream,
+                sid,
+                state[sid].position,
+                timestamp=timestamp,
+                until=until,
+                iterators=iterators,
+            )
+
+        async def probe() -> dict[str, bool | None]:
             found, _ = await asyncio.gather(
-                asyncio.gather(
-                    *(
-                        has_new_records(
-                            self._kinesis(),
-                            stream,
-                            sid,
-                            state[sid].position,
-                            timestamp=timestamp,
-                            until=until,
-                            iterators=iterators,
-                        )
-                        for sid in unknown
-                    )
-                ),
+                probe_shards(unknown, ask, early_stop=early),
                 self._sync_lease_table(offset.run, done),
             )
-            return list(found)
+            return found
 
         found = self._driver.run(probe)
         self._iterators = {(sid, state[sid].position): it for sid, it in iterators.items()}
         if until is not None:
-            self._drained |= {
-                (sid, state[sid].position)
-                for sid, has in zip(unknown, found, strict=True)
-                if not has
-            }
-        work = known + [sid for sid, has in zip(unknown, found, strict=True) if has]
+            self._drained |= {(sid, state[sid].position) for sid in unknown if found[sid] is False}
+        work = known + [sid for sid in unknown if found[sid] is not False]
         if not work:
             return start
-        per_batch = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         quotas = allocate_quotas(
             work,
             per_shard=self.options.max_records_per_shard,
@@ -338,9 +346,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._driver.run(lambda: progress.prune(offset.run, offset.batch))
 
     def stop(self) -> None:
-        if self._io is not None:
-            self._io.close()
-            self._io = None
+        self._clients.close()
 
 
 class KinesisDataSource(DataSource):
@@ -373,7 +379,10 @@ class KinesisDataSource(DataSource):
         options = with_schema_layout(SourceOptions.parse(self.options), schema)
         pinned = self._option(LATEST_AT)
         latest_at = datetime.fromisoformat(pinned) if pinned else getattr(self, "loaded_at", None)
-        return KinesisStreamReader(options, latest_at)
+        reader = KinesisStreamReader(options, latest_at)
+        if in_source_runner():
+            reader.open_early()
+        return reader
 
     @user_facing
     def _sink(self, schema: Any) -> SinkOptions:
