@@ -13,7 +13,6 @@ read any clock but the coordinator's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from kclasync._adapters.protocols import LeaseStore
@@ -21,6 +20,7 @@ from kclasync._core.assignment.assignment_decisions import FollowerStep, followe
 from kclasync._core.leases.held_lease import HeldLease, HeldState
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
 from kclasync._core.leases.lease_cleanup import ready_for_deletion
+from kclasync._runtime.event_wait import wait_event
 from kclasync._runtime.lease_coordinator import LeaseCoordinator
 from kclasync.errors import AdapterError
 
@@ -152,7 +152,5 @@ class AssignmentDiscovery:
             if wake is None:
                 await asyncio.sleep(delay)
             else:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can lose a cancel
-                        await wake.wait()
+                await wait_event(wake, delay)
                 wake.clear()

@@ -31,6 +31,7 @@ from kclasync._core.leases.lock_term import (
     successors,
     watch_interval,
 )
+from kclasync._runtime.event_wait import wait_event
 from kclasync.errors import AdapterError
 
 log = logging.getLogger("kclasync.leader")
@@ -199,9 +200,7 @@ class LeaderElector:
             except AdapterError as exc:
                 log.info("leader lock round failed (%s); will retry", exc)
             delay = max(0.0, self.interval() - (self.now() - started))
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can lose a cancel
-                    await self._rewrite.wait()
+            await wait_event(self._rewrite, delay)
             self._rewrite.clear()
 
     async def release(self) -> None:

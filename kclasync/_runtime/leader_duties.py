@@ -8,8 +8,6 @@ elect the leader (``leader.py``), or read any clock but the one it is given.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -21,6 +19,7 @@ from kclasync._core.leases.lease import CorruptLeaseError, Lease
 from kclasync._core.leases.lease_cleanup import CleanupTracker, HoleAuditor
 from kclasync._core.lineage.shard import Shard
 from kclasync._core.lineage.shard_lineage import hash_range_holes
+from kclasync._runtime.event_wait import wait_event
 from kclasync._runtime.leader import LeaderElector
 from kclasync._runtime.shard_sync import ShardSync
 from kclasync.errors import AdapterError
@@ -77,10 +76,7 @@ class LeaderDuties:
                 due["audit"] = now + cfg.lease_audit_interval
                 await self._guarded("hash-range audit", self.audit_hash_ranges)
             delay = max(0.0, min(due.values()) - self._clock())
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can lose a cancel
-                    await wake.wait()
-            if wake.is_set():  # a new term: do everything now
+            if await wait_event(wake, delay):  # a new term: do everything now
                 wake.clear()
                 due = dict.fromkeys(due, self._clock())
 

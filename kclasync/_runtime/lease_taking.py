@@ -12,7 +12,6 @@ clock but the held leases' (the event loop).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from kclasync._core.assignment.startup import first_round_delay
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.held_lease import HeldLease
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
+from kclasync._runtime.event_wait import wait_event
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.worker_presence import WorkerPresence
 from kclasync.errors import AdapterError
@@ -268,9 +268,6 @@ class LeaseTaking:
             if wake is None:
                 await asyncio.sleep(delay)
             else:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can lose a cancel
-                        await wake.wait()
-                if wake.is_set():
+                if await wait_event(wake, delay):
                     cause = "woken"
                 wake.clear()

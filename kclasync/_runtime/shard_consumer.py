@@ -11,7 +11,6 @@ loop's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable
@@ -26,6 +25,7 @@ from kclasync._core.leases.position import Checkpoint
 from kclasync._core.retry_policy import Backoff
 from kclasync._processor import RecordProcessor, ShardInfo
 from kclasync._runtime.checkpointer import ShardCheckpointer
+from kclasync._runtime.event_wait import wait_event
 from kclasync._runtime.fanout_streams import FanOutConsumers
 from kclasync._runtime.held import HeldLeases
 from kclasync._runtime.metrics import ConsumerMetrics
@@ -260,10 +260,7 @@ class ShardConsumer:
                 children = None
             if children is not None:
                 return children
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can lose a cancel
-                    await self._shutdown.wait()
-            if self._shutdown.is_set():
+            if await wait_event(self._shutdown, delay):
                 return None
 
     async def _shut_down(self) -> ShardOutcome:

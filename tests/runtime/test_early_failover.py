@@ -83,6 +83,18 @@ class Fleet:
         self.tasks[name] = asyncio.create_task(c.run())
         return c
 
+    async def start_all(self, names: tuple[str, ...], shards: int) -> dict[str, Consumer]:
+        """Start ``names`` and wait until the table has ``shards`` leases, each worker some."""
+        workers = {name: self.start(name) for name in names}
+        await wait_until(
+            lambda: (
+                len(self.table.leases) == shards and set(owners(self.table).values()) == set(names)
+            ),
+            40 * FAILOVER,
+            "leases on every worker",
+        )
+        return workers
+
     async def kill(self, name: str) -> None:
         """An abrupt stop (as SIGKILL): no release, no registry leave."""
         task = self.tasks.pop(name)

@@ -121,14 +121,7 @@ async def test_a_killed_leaders_leases_are_assigned_soon_after_the_lock_changes_
         leader_lock_duration=lock,
         leader_heartbeat_interval=FAILOVER / 2,
     )
-    workers = {name: fleet.start(name) for name in NAMES}
-    await wait_until(
-        lambda: (
-            len(fleet.table.leases) == SHARDS and set(owners(fleet.table).values()) == set(NAMES)
-        ),
-        40 * FAILOVER,
-        "leases on every worker",
-    )
+    workers = await fleet.start_all(NAMES, SHARDS)
     leader = next(n for n in NAMES if workers[n].is_leader)
     killed = loop.time()
     await fleet.kill(leader)

@@ -20,14 +20,7 @@ NAMES = ("a", "b", "c", "d", "e")
 
 
 async def started(fleet: Fleet) -> tuple[dict[str, Consumer], str]:
-    workers = {name: fleet.start(name) for name in NAMES}
-    await wait_until(
-        lambda: (
-            len(fleet.table.leases) == SHARDS and set(owners(fleet.table).values()) == set(NAMES)
-        ),
-        40 * FAILOVER,
-        "leases on every worker",
-    )
+    workers = await fleet.start_all(NAMES, SHARDS)
     leader = next(n for n in NAMES if workers[n].is_leader)
     return workers, leader
 
