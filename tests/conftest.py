@@ -26,14 +26,38 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: Test folders whose tests start a JVM: never more than one of them at a time.
 JVM_FOLDERS = ("spark", "interop")
+#: Modules in ``JVM_FOLDERS`` that start no JVM (the Spark package's parts driven directly, with
+#: no Spark session): they run beside the JVM chain, not in it (tests/test_suite_split.py checks
+#: that they name no JVM).
+JVM_FREE_MODULES = frozenset(
+    f"tests/spark/test_{name}.py"
+    for name in (
+        "arrow_rows",
+        "batch_calls",
+        "driver_open",
+        "fanout_pages",
+        "fetch",
+        "first_planning",
+        "group_handover",
+        "offsets",
+        "planning",
+        "probe_iterator",
+        "progress",
+        "staging",
+        "worker_io",
+    )
+)
 #: Test folders with the longest tests that are not JVM tests: scheduled right after them.
 EARLY_FOLDERS = ("simulation",)
 
 
 def _jvm_scope(nodeid: str) -> str | None:
-    """``"jvm"`` for a test in one of ``JVM_FOLDERS`` (by its node id), else None."""
-    parts = nodeid.split("::", 1)[0].split("/")
-    return "jvm" if len(parts) > 2 and parts[0] == "tests" and parts[1] in JVM_FOLDERS else None
+    """``"jvm"`` for a test in one of ``JVM_FOLDERS`` (by its node id) outside
+    ``JVM_FREE_MODULES``, else None."""
+    module = nodeid.split("::", 1)[0]
+    parts = module.split("/")
+    in_folder = len(parts) > 2 and parts[0] == "tests" and parts[1] in JVM_FOLDERS
+    return "jvm" if in_folder and module not in JVM_FREE_MODULES else None
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -63,7 +87,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rest: list[pytest.Item] = []
     for item in items:
         parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
-        if parts and parts[0] in JVM_FOLDERS:
+        if _jvm_scope(item.nodeid) is not None:
             item.add_marker(pytest.mark.xdist_group("jvm"))
             jvm.append(item)
         elif parts and parts[0] in EARLY_FOLDERS:
