@@ -160,16 +160,27 @@ class KclasyncProcess:
         self.spec_file.write_text(json.dumps(spec))
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> KclasyncProcess:
+    def start(self, *, held: bool = False) -> KclasyncProcess:
+        """Start the process. ``held``: it imports everything, then waits for ``release()``
+        before its worker starts, so that a handover does not wait for Python's start-up."""
         self.out_file.touch()
         with open(self.log_file, "ab") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, str(WORKER), str(self.spec_file)],
+                [sys.executable, str(WORKER), str(self.spec_file), *(["--held"] if held else [])],
+                stdin=subprocess.PIPE if held else subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(HERE.parent.parent)},
                 start_new_session=True,
             )
+        return self
+
+    def release(self) -> KclasyncProcess:
+        """Let a process started ``held`` start its worker."""
+        assert self._proc is not None and self._proc.stdin is not None, "not started held"
+        assert self._proc.poll() is None, "the held worker exited:\n" + self.log()[-3000:]
+        self._proc.stdin.write(b"go\n")
+        self._proc.stdin.close()
         return self
 
     @property

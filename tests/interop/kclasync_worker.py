@@ -1,11 +1,13 @@
 """A kclasync worker in its own process, for the interop suite: killed with SIGKILL like the Java
 daemon, stopped gracefully with SIGTERM.
 
-Usage: ``python kclasync_worker.py SPEC.json``; the spec names the emulator endpoints, the stream,
-the application, the output file and the ``ConsumerConfig`` fields. Every record is appended to
-the output file as ``<shard> <partition key> <counter> <sequence number> <epoch seconds>`` (the
-same line format as ``kcl_processor.py``) and each batch is checkpointed after it is written.
-Logs go to stderr at INFO.
+Usage: ``python kclasync_worker.py SPEC.json [--held]``; the spec names the emulator endpoints,
+the stream, the application, the output file and the ``ConsumerConfig`` fields; with ``--held``
+the worker starts only once a line arrives on stdin (the process is started ahead of its
+handover, its imports done). Every record is appended to the output file as ``<shard>
+<partition key> <counter> <sequence number> <epoch seconds>`` (the same line format as
+``kcl_processor.py``) and each batch is checkpointed after it is written. Logs go to stderr at
+INFO.
 """
 
 from __future__ import annotations
@@ -59,5 +61,7 @@ if __name__ == "__main__":
     )
     with open(sys.argv[1], encoding="utf-8") as fh:
         spec = json.load(fh)
+    if "--held" in sys.argv[2:]:
+        sys.stdin.readline()
     with open(spec["out"], "a", encoding="utf-8") as out:
         asyncio.run(main(spec, out))

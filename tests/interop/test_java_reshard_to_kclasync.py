@@ -143,19 +143,6 @@ async def test_java_reads_through_reshard_then_kclasync_finishes(
             assert java.running, "the Java daemon exited:\n" + java.log()[-3000:]
             return any(d.rid[1] >= 800 for d in java.deliveries())
 
-        await wait_until(java_reads_on, 30, "Java to read on in the split children")
-        java.stop(kill=True)  # while it reads the split children
-        killed = time.time()
-        before = java.deliveries()
-        allowed = after_checkpoints(before, await checkpoints(aws))
-        left = {lease.key: lease for lease in (await aws.store.list_leases()).leases}
-        assert all(left[p].checkpoint.value == "SHARD_END" for p in lineage[merged]), left
-        # Java's order: the children's leases before the parents' SHARD_END. Take the unread
-        # merge child's away, as a worker killed between the two would have left the table.
-        assert left[merged].checkpoint.value == "TRIM_HORIZON", left[merged]
-        assert await aws.store.delete_lease(left[merged])
-        produced |= await produce(aws, 1000, 300)
-
         workers = [
             KclasyncProcess(
                 kinesis,
@@ -164,10 +151,25 @@ async def test_java_reads_through_reshard_then_kclasync_finishes(
                 worker_id=worker_id,
                 workdir=java.workdir,
                 lease_taker="balanced",
-            ).start()
+            ).start(held=True)  # its imports done before the kill
             for worker_id in ("py-a", "py-b")
         ]
         try:
+            await wait_until(java_reads_on, 30, "Java to read on in the split children")
+            java.stop(kill=True)  # while it reads the split children
+            killed = time.time()
+            before = java.deliveries()
+            allowed = after_checkpoints(before, await checkpoints(aws))
+            left = {lease.key: lease for lease in (await aws.store.list_leases()).leases}
+            assert all(left[p].checkpoint.value == "SHARD_END" for p in lineage[merged]), left
+            # Java's order: the children's leases before the parents' SHARD_END. Take the unread
+            # merge child's away, as a worker killed between the two would have left the table.
+            assert left[merged].checkpoint.value == "TRIM_HORIZON", left[merged]
+            assert await aws.store.delete_lease(left[merged])
+            produced |= await produce(aws, 1000, 300)
+
+            for w in workers:
+                w.release()
 
             def kclasync_done() -> bool:
                 after = [d for w in workers for d in w.deliveries()]

@@ -114,7 +114,8 @@ async def test_kclasync_leader_assigns_leases_to_a_java_worker(
         finally:
             if producing:
                 await producer.stop()
-            java.stop()
+            # The scenario is over: no graceful shutdown (about 5 s) that nothing checks.
+            java.stop(kill=True)
             await leader.stop()
             await asyncio.gather(task, return_exceptions=True)
 

@@ -108,7 +108,8 @@ async def test_kclasync_then_java_loses_nothing(
 
         await wait_until(done, 150, "Java to process the rest")
         timings["Java phase"] = time.monotonic() - started
-        java.stop()
+        # The scenario is over: no graceful shutdown (about 5 s) that nothing checks.
+        java.stop(kill=True)
         ours = java.processed()
 
     lost = produced - set(seen.deliveries) - ours.keys()

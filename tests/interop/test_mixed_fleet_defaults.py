@@ -119,7 +119,8 @@ async def test_java_joins_a_default_kclasync_leader_and_gets_its_share(
         finally:
             if producing:
                 await producer.stop()
-            java.stop()
+            # The scenario is over: no graceful shutdown (about 5 s) that nothing checks.
+            java.stop(kill=True)
             await kclasync.stop()
             await asyncio.gather(task, return_exceptions=True)
 
@@ -211,7 +212,8 @@ async def test_a_default_kclasync_worker_joins_a_java_3x_leader_and_follows_it(
             await kclasync.stop()
             if task is not None:
                 await asyncio.gather(task, return_exceptions=True)
-            java.stop()
+            # The scenario is over: no graceful shutdown (about 5 s) that nothing checks.
+            java.stop(kill=True)
 
     ours = java.processed()
     lost = produced - set(seen.deliveries) - ours.keys()

@@ -131,7 +131,8 @@ class Story:
         producer.start()
         return producer
 
-    def kclasync(self, worker_id: str, **config: Any) -> KclasyncProcess:
+    def kclasync(self, worker_id: str, *, held: bool = False, **config: Any) -> KclasyncProcess:
+        """A kclasync worker process; ``held``: started, its worker not yet (``release()``)."""
         worker = KclasyncProcess(
             self.local,
             stream=self.aws.name,
@@ -140,7 +141,7 @@ class Story:
             workdir=self.workdir,
             **config,
         )
-        self.workers.append(worker.start())
+        self.workers.append(worker.start(held=held))
         return worker
 
     def java(self, worker_id: str) -> JavaKcl:
@@ -243,10 +244,13 @@ async def story_one_until_java_leader_killed(
     s: Story, during_mixed: Callable[[], Any]
 ) -> Callable[[], Any]:
     aws = s.aws
+    first = [s.kclasync("py-a", held=True), s.kclasync("py-b", held=True)]
+    joined = s.kclasync("py-c", held=True)  # joins the Java leader later
     await aws.create_stream(4)
     s.watch.start()
     await s.produce(600)
-    first = [s.kclasync("py-a"), s.kclasync("py-b")]
+    for worker in first:
+        worker.release()
     await s.all_read("kclasync to read the first part", 90)
     lineage = await reshard(aws)  # while kclasync reads
     await s.produce(400)
@@ -268,7 +272,7 @@ async def story_one_until_java_leader_killed(
     # Mixed fleet, Java first: the Java leader assigns to a kclasync worker that has a CPU
     # source (which leaves CPU out of its entry while java-1 reports none).
     producer = s.producer(100)
-    joined = s.kclasync("py-c")
+    joined.release()
     await wait_until(lambda: "py-c" in owners(s).values(), 60, "the Java leader to assign py-c")
     since = time.time()
     during_mixed()
