@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kclasync._adapters.protocols import LeaseScan
 from kclasync._adapters.worker_registry import WorkerRegistry
@@ -29,7 +29,6 @@ from kclasync._core.assignment.assignment_decisions import (
     fleet_snapshot,
     leader_writes,
     rebalance_step,
-    renewing_owners,
     worker_loads,
 )
 from kclasync._core.assignment.kcl3_decider import Kcl3Settings, is_balancing_run, plan_kcl3
@@ -96,6 +95,9 @@ class LeaderAssignment:
         self._running = asyncio.Lock()
         #: Failover runs completed (not counted in ``runs``: kcl3's balancing cadence is kept).
         self.failover_runs = 0
+        #: The workers this leader's report watch suspects now (``LeaderFailover`` sets it;
+        #: none without early failover). A periodic run gives them nothing either.
+        self.suspects: Callable[[], frozenset[str]] = frozenset
 
     # -- the worker metrics ----------------------------------------------------------------
 
@@ -167,12 +169,14 @@ class LeaderAssignment:
         now = self._holder.now()
         self.expiry.observe(scan.leases, now)
         live, metrics = await self.live_workers(scan, now)
-        planned: Sequence[Lease] = scan.leases
-        if failover:
-            planned, targets = failover_view(scan.leases, live, suspects, self.expiry, now)
-            live = set(targets)
-        else:
-            live |= renewing_owners(scan.leases, self.expiry, now)
+        # The suspects are no targets, and their unexpired leases stay out of the plan, in
+        # periodic runs as in failover runs: a new leader's registry trackers count every
+        # entry live for a worker timeout from their first read, a crashed worker's included.
+        if not failover:
+            suspects = self.suspects()
+        planned: Sequence[Lease]
+        planned, targets = failover_view(scan.leases, live, suspects, self.expiry, now)
+        live = set(targets)
         self._holder.taking.live_workers = frozenset(live)
         self._holder.taking.last_scan = scan.leases
         snapshot = fleet_snapshot(planned, worker_loads(live, metrics), self.expiry, now)

@@ -70,12 +70,17 @@ class LeaderFailover:
         self.view = ReportView()
         self._following: set[str] = set()
         self._due = asyncio.Event()
+        assignment.suspects = self.suspected
         #: Counters: registry reads, suspects followed, lease items read (index keys and strong
         #: reads), follows that found an expired lease, failover runs asked for.
         self.registry_reads = 0
         self.suspects = 0
         self.lease_reads = 0
         self.failovers = 0
+
+    def suspected(self) -> frozenset[str]:
+        """The workers suspected now: reports standing still, or leases being followed."""
+        return self.view.suspects() | self._following
 
     def _active(self) -> bool:
         taking = self._holder.taking

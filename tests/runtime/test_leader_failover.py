@@ -137,3 +137,43 @@ async def test_a_killed_leaders_leases_are_assigned_soon_after_the_lock_changes_
     assert after_lock < 1.25 * FAILOVER, (took_lock, after_lock)
     assert leader_failover(workers[successor]).failovers >= 1
     await fleet.close()
+
+
+@in_virtual_time
+async def test_a_new_leader_gives_no_released_lease_to_a_worker_it_suspects() -> None:
+    """A new leader's registry trackers count every entry live for a worker timeout from their
+    first read: the killed leader's and a worker killed with it. Its report watch suspects
+    both (the old leader at once), and its periodic runs give them nothing: the leases a
+    third worker releases on a graceful stop go to live workers only (before, all four went
+    to the killed leader)."""
+    lock = 3 * FAILOVER
+    fleet = Fleet(
+        one_leader=True,
+        shards=SHARDS,
+        lease_taker="load",
+        leader_lock_duration=lock,
+        leader_heartbeat_interval=FAILOVER / 2,
+    )
+    workers = await fleet.start_all(NAMES, SHARDS)
+    leader = next(n for n in NAMES if workers[n].is_leader)
+    crashed, stopping = [n for n in NAMES if n != leader][:2]
+    await fleet.kill(leader)
+    await fleet.kill(crashed)
+    alive = [n for n in NAMES if n not in (leader, crashed)]
+    await wait_until(lambda: any(workers[n].is_leader for n in alive), 2 * lock, "a new leader")
+    successor = next(n for n in alive if workers[n].is_leader)
+    watch = leader_failover(workers[successor])
+    await wait_until(lambda: crashed in watch.view.suspects(), 2 * FAILOVER, "the crash suspected")
+    released = sorted(k for k, owner in owners(fleet.table).items() if owner == stopping)
+    assert released
+    await workers[stopping].stop()
+    await fleet.tasks.pop(stopping)
+    await wait_until(
+        lambda: all(fleet.table.leases[k].owner is not None for k in released),
+        2 * lock,
+        "the released leases assigned",
+    )
+    given = {k: fleet.table.leases[k].owner for k in released}
+    assert crashed not in given.values(), given
+    assert set(given.values()) <= set(NAMES) - {leader, crashed, stopping}, given
+    await fleet.close()

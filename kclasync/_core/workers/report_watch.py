@@ -14,7 +14,7 @@ worker whose registry writes fail but whose renewals succeed keeps its leases.
 Owns: the view of reports (``ReportView``, ``watch_reports``), when a standing report makes its
 worker a suspect (``suspect_after``; the lock's previous owner at once:
 ``suspect_previous_leader``), how often the leader reads (``watch_interval``) and what a
-failover run plans with (``failover_view``).
+assignment run plans with (``failover_view``).
 Must not: judge lease expiry (``core.expiry``), plan (``core.assignment``), read a clock or do
 I/O.
 """
@@ -26,6 +26,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
+from kclasync._core.assignment.assignment_decisions import renewing_owners
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.lease import Lease
 from kclasync._core.workers.worker_metrics import KCLASYNC, WorkerMetrics
@@ -148,7 +149,7 @@ def failover_view(
     expiry: ExpiryTracker,
     now: float,
 ) -> tuple[list[Lease], frozenset[str]]:
-    """What a failover run plans with: the leases and the live workers (the targets).
+    """What an assignment run plans with: the leases and the live workers (the targets).
 
     The suspects are no targets: the leader's run-time liveness rule (``lut`` still for the
     worker timeout, seen at its runs) can still count a worker that crashed since the last run
@@ -160,11 +161,7 @@ def failover_view(
     plan may take them, and with their owner no target they would otherwise count as leases
     without a live owner."""
     gone = frozenset(suspects)
-    renewing = {
-        lease.owner
-        for lease in leases
-        if lease.owner is not None and not expiry.is_expired(lease, now)
-    }
+    renewing = renewing_owners(leases, expiry, now)
     planned = [
         lease for lease in leases if lease.owner not in gone or expiry.is_expired(lease, now)
     ]
