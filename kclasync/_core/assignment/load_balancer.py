@@ -74,6 +74,7 @@ class BalancerSettings:
     noise_floor_percent: float = 1.0
     max_moves: int | None = None
     take_expired_sticky: bool = False
+    peak_target_percent: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.target_percent <= self.trigger_percent:
@@ -123,14 +124,20 @@ def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str,
 
 
 def _ceiling(
-    model: LoadModel, band_percent: float, floor: float, peak: float
+    model: LoadModel,
+    band_percent: float,
+    floor: float,
+    peak: float,
+    peak_percent: float | None = None,
 ) -> Callable[[str], float]:
     """The most load a worker may carry within the band: the fleet's level + band (or the
-    unmovable peak + band, when higher); a measured load also ``floor`` points above the level
-    (a CPU reading is only known to within its noise; a predicted load is not). The level does
-    not change as leases move (it is the capacity-weighted mean), so neither does this."""
+    unmovable peak + ``peak_percent``, by default the band, when higher); a measured load also
+    ``floor`` points above the level (a CPU reading is only known to within its noise; a
+    predicted load is not). The level does not change as leases move (it is the
+    capacity-weighted mean), so neither does this."""
     level = model.level()
-    top = max(level * (1 + band_percent / 100), peak * (1 + band_percent / 100))
+    above_peak = band_percent if peak_percent is None else min(peak_percent, band_percent)
+    top = max(level * (1 + band_percent / 100), peak * (1 + above_peak / 100))
     measured = max(top, level + floor)
     return lambda wid: measured if wid in model.measured else top
 
@@ -140,6 +147,7 @@ def _outside(
     band_percent: float,
     floor: float = 0.0,
     peak: float = 0.0,
+    peak_percent: float | None = None,
     *,
     spare_leases: bool = True,
     empty_band_percent: float | None = None,
@@ -158,7 +166,7 @@ def _outside(
     level = model.level()
 
     def above(percent: float) -> bool:
-        ceiling = _ceiling(model, percent, floor, peak)
+        ceiling = _ceiling(model, percent, floor, peak, peak_percent)
         return any(
             load > ceiling(wid) or load > model.limit[wid] for wid, load in model.load.items()
         )
@@ -212,8 +220,9 @@ def _rebalance(
     args = snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
     greedy, _ = _descend(*args)
     frugal, after = _descend(*args, frugal=True)
+    target = settings.target_percent, settings.noise_floor_percent / 2, peak
     if len(frugal) < len(greedy) and not _outside(
-        after, settings.target_percent, settings.noise_floor_percent / 2, peak, spare_leases=spare
+        after, *target, settings.peak_target_percent, spare_leases=spare
     ):
         return frugal
     return greedy
@@ -240,7 +249,12 @@ def _descend(
     model = copy.copy(start)
     model.load = dict(start.load)
     model.assigned_kbps = dict(start.assigned_kbps)
-    band = settings.target_percent, settings.noise_floor_percent / 2, peak
+    band = (
+        settings.target_percent,
+        settings.noise_floor_percent / 2,
+        peak,
+        settings.peak_target_percent,
+    )
     ceiling = _ceiling(model, *band)
     movable: dict[str, Holdings] = {wid: Holdings() for wid in model.workers}
     for lease in snapshot.leases:
