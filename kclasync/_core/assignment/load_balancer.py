@@ -92,6 +92,12 @@ class BalancerSettings:
 def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None = None) -> Plan:
     """The plan for one assignment run of the leader (see the module docstring)."""
     settings = settings or BalancerSettings()
+    # In key order: sums of floats in another order differ in their last bits, and a tie
+    # between two workers' headroom then went either way with the order of the input.
+    snapshot = FleetSnapshot(
+        tuple(sorted(snapshot.leases, key=lambda lease: lease.key)),
+        tuple(sorted(snapshot.workers, key=lambda worker: worker.worker_id)),
+    )
     throughputs = lease_throughputs(snapshot.leases)
     model = LoadModel(snapshot, throughputs)
     assignments = assign_unowned(
