@@ -250,16 +250,17 @@ def _rebalance(
     # moves.
     # Every worker but the one holding the hottest lease: on it, estimates a percent off would
     # otherwise move the hot lease between workers of the same size.
-    if triggered and peak > model.level():
+    tight = (1 + settings.peak_target_percent / 100) / (1 + settings.target_percent / 100)
+    if triggered and peak * tight > model.level():
         hottest = max(
             (lease for lease in snapshot.leases if not lease.expired or lease.key in owners),
             key=lambda lease: (throughputs[lease.key], lease.key),
         )
         hot = hottest.key, owners.get(hottest.key, hottest.owner), throughputs[hottest.key]
         percent = settings.peak_target_percent
-        tight = _plan(*args, peak_percent=percent, prior=plan, hot=hot)
-        if len(tight) <= POLISH_FACTOR * len(plan) + 1:
-            return tight
+        polished = _plan(*args, peak_percent=percent, prior=plan, hot=hot)
+        if len(polished) <= POLISH_FACTOR * len(plan) + 1:
+            return polished
     return list(plan)
 
 
