@@ -70,7 +70,11 @@ class BalancerSettings:
     ``noise_floor_percent``: a worker whose load is its measured CPU (no capacity) counts as
     outside a band only when it is also this many CPU points above the level (at a level of a
     few percent, 10 % of it is well below the noise of one reading); predicted loads have no such
-    floor. ``max_moves``: cap per plan (None: no cap)."""
+    floor. ``max_moves``: cap per plan (None: no cap). ``peak_target_percent``: where one hot
+    lease sets the optimum (its unmovable peak, this much lower, is still above the level's
+    target band), a triggered plan carries on until every worker but the one holding that lease
+    is within the peak + this (negative: below it), when that moves at most ``POLISH_FACTOR``
+    times the leases + 1."""
 
     trigger_percent: float = 10.0
     target_percent: float = 5.0
