@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
+    LeaseLoad,
     LoadModel,
     Move,
     Plan,
@@ -54,6 +55,9 @@ __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
 #: How far off a capacity guessed from a worker's CPU count may be (its per-CPU speed differs
 #: from the fleet's): ``peak_floor`` prices a guessed worker as this much smaller.
 GUESS_ERROR = 1.5
+#: A plan that aims at an unmovable peak itself (not the target band over it) is taken when it
+#: moves at most this many times the leases the plan to the band moves, + 1.
+POLISH_FACTOR = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,11 @@ class BalancerSettings:
     ``noise_floor_percent``: a worker whose load is its measured CPU (no capacity) counts as
     outside a band only when it is also this many CPU points above the level (at a level of a
     few percent, 10 % of it is well below the noise of one reading); predicted loads have no such
-    floor. ``max_moves``: cap per plan (None: no cap)."""
+    floor. ``max_moves``: cap per plan (None: no cap). ``peak_target_percent``: where one hot
+    lease sets the optimum (its unmovable peak, this much lower, is still above the level's
+    target band), a triggered plan carries on until every worker but the one holding that lease
+    is within the peak + this (negative: below it), when that moves at most ``POLISH_FACTOR``
+    times the leases + 1."""
 
     trigger_percent: float = 10.0
     target_percent: float = 5.0
@@ -74,6 +82,7 @@ class BalancerSettings:
     noise_floor_percent: float = 1.0
     max_moves: int | None = None
     take_expired_sticky: bool = False
+    peak_target_percent: float = -1.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.target_percent <= self.trigger_percent:
@@ -87,13 +96,19 @@ class BalancerSettings:
 def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None = None) -> Plan:
     """The plan for one assignment run of the leader (see the module docstring)."""
     settings = settings or BalancerSettings()
+    # In key order: sums of floats in another order differ in their last bits, and a tie
+    # between two workers' headroom then went either way with the order of the input.
+    snapshot = FleetSnapshot(
+        tuple(sorted(snapshot.leases, key=lambda lease: lease.key)),
+        tuple(sorted(snapshot.workers, key=lambda worker: worker.worker_id)),
+    )
     throughputs = lease_throughputs(snapshot.leases)
     model = LoadModel(snapshot, throughputs)
     assignments = assign_unowned(
         snapshot, model, throughputs, take_expired_sticky=settings.take_expired_sticky
     )
-    placed = {move.lease_key for move in assignments}
-    moves = _rebalance(snapshot, model, throughputs, settings, placed)
+    owners = {move.lease_key: move.to_worker for move in assignments}
+    moves = _rebalance(snapshot, model, throughputs, settings, owners)
     return Plan(assignments=tuple(assignments), moves=tuple(moves))
 
 
@@ -123,16 +138,36 @@ def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str,
 
 
 def _ceiling(
-    model: LoadModel, band_percent: float, floor: float, peak: float
+    model: LoadModel,
+    band_percent: float,
+    floor: float,
+    peak: float,
+    peak_percent: float | None = None,
+    holder: Callable[[], tuple[str | None, float]] | None = None,
 ) -> Callable[[str], float]:
     """The most load a worker may carry within the band: the fleet's level + band (or the
     unmovable peak + band, when higher); a measured load also ``floor`` points above the level
-    (a CPU reading is only known to within its noise; a predicted load is not). The level does
-    not change as leases move (it is the capacity-weighted mean), so neither does this."""
+    (a CPU reading is only known to within its noise; a predicted load is not). With
+    ``peak_percent`` (below the band, may be negative), every worker is held to the unmovable
+    peak + that instead, but the ``holder`` of the hottest lease (its id and the lease's KB/s)
+    to what that lease costs on it. The level does not change as leases move (it is the
+    capacity-weighted mean), so neither does this."""
     level = model.level()
     top = max(level * (1 + band_percent / 100), peak * (1 + band_percent / 100))
-    measured = max(top, level + floor)
-    return lambda wid: measured if wid in model.measured else top
+    rest = top
+    tight = peak_percent is not None and peak_percent < band_percent
+    if peak_percent is not None and tight:
+        rest = max(level * (1 + band_percent / 100), peak * (1 + peak_percent / 100))
+
+    def ceiling(wid: str) -> float:
+        mine = rest
+        if tight and holder is not None:
+            owner, kbps = holder()
+            if wid == owner:
+                mine = max(level * (1 + band_percent / 100), model.cost(wid, kbps))
+        return max(mine, level + floor) if wid in model.measured else mine
+
+    return ceiling
 
 
 def _outside(
@@ -140,6 +175,8 @@ def _outside(
     band_percent: float,
     floor: float = 0.0,
     peak: float = 0.0,
+    peak_percent: float | None = None,
+    holder: Callable[[], tuple[str | None, float]] | None = None,
     *,
     spare_leases: bool = True,
     empty_band_percent: float | None = None,
@@ -158,7 +195,7 @@ def _outside(
     level = model.level()
 
     def above(percent: float) -> bool:
-        ceiling = _ceiling(model, percent, floor, peak)
+        ceiling = _ceiling(model, percent, floor, peak, peak_percent, holder)
         return any(
             load > ceiling(wid) or load > model.limit[wid] for wid, load in model.load.items()
         )
@@ -178,10 +215,11 @@ def _rebalance(
     model: LoadModel,
     throughputs: dict[str, float],
     settings: BalancerSettings,
-    placed: set[str],
+    owners: dict[str, str],
 ) -> list[Move]:
     if len(model.workers) < 2 or model.mean() <= 0:
         return []
+    placed = set(owners)
     peak = peak_floor(model, snapshot, throughputs)
     loaded = sum(1 for lease in snapshot.leases if not lease.expired and throughputs[lease.key] > 0)
     spare = loaded > len(model.workers)
@@ -201,20 +239,64 @@ def _rebalance(
     )
     if not triggered and not learning:
         return []
-    # Two descents from the same state: levelling each peak with its best partner, and the
-    # fewest moves (each off the peak, the lease that brings it into band in one move). The
-    # second is taken when it moves fewer leases and still ends within the target band.
     # Out of balance by the trigger band itself (not only by an idle newcomer's narrower one):
     # learning leases may follow one another while nothing else lowers the peak, as they make
     # room on the most loaded workers for an exchange off the peak; beside a fleet within the
     # trigger band one learning lease is all a plan gives (the next lowered no peak).
     once = not _outside(model, settings.trigger_percent, settings.noise_floor_percent, peak)
     args = snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
-    greedy, _ = _descend(*args)
-    frugal, after = _descend(*args, frugal=True)
-    if len(frugal) < len(greedy) and not _outside(
-        after, settings.target_percent, settings.noise_floor_percent / 2, peak, spare_leases=spare
-    ):
+    plan = tuple(_plan(*args, peak_percent=settings.target_percent))
+    # Above an unmovable peak (a hot lease alone on its cheapest worker, higher than the level)
+    # the other workers have room to spare: the best possible assignment puts none of them
+    # above it, and a plan that stops at the target band over it leaves the fleet up to 5 %
+    # off the optimum for good (nothing triggers again). So a triggered plan aims at the peak
+    # itself (``peak_target_percent``), from where that plan ends, when that costs few more
+    # moves.
+    # Every worker but the one holding the hottest lease: on it, estimates a percent off would
+    # otherwise move the hot lease between workers of the same size.
+    tight = (1 + settings.peak_target_percent / 100) / (1 + settings.target_percent / 100)
+    if triggered and peak * tight > model.level():
+        hottest = max(
+            (lease for lease in snapshot.leases if not lease.expired or lease.key in owners),
+            key=lambda lease: (throughputs[lease.key], lease.key),
+        )
+        hot = hottest.key, owners.get(hottest.key, hottest.owner), throughputs[hottest.key]
+        percent = settings.peak_target_percent
+        polished = _plan(*args, peak_percent=percent, prior=plan, hot=hot)
+        if len(polished) <= POLISH_FACTOR * len(plan) + 1:
+            return polished
+    return list(plan)
+
+
+def _plan(
+    snapshot: FleetSnapshot,
+    model: LoadModel,
+    throughputs: dict[str, float],
+    settings: BalancerSettings,
+    placed: set[str],
+    peak: float,
+    spare: bool,
+    triggered: bool,
+    learning: bool,
+    once: bool,
+    *,
+    peak_percent: float,
+    prior: tuple[Move, ...] = (),
+    hot: tuple[str, str | None, float] | None = None,
+) -> list[Move]:
+    """Two descents from the same state: levelling each peak with its best partner, and the
+    fewest moves (each off the peak, the lease that brings it into band in one move). The
+    second is taken when it moves fewer leases and still ends within the target band (over an
+    unmovable peak, ``peak_percent`` above it)."""
+    args = snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
+    greedy, _ = _descend(*args, peak_percent=peak_percent, prior=prior, hot=hot)
+    frugal, after = _descend(*args, frugal=True, peak_percent=peak_percent, prior=prior, hot=hot)
+    target = settings.target_percent, settings.noise_floor_percent / 2, peak, peak_percent
+    holder = None
+    if hot is not None:
+        moved = next((m.to_worker for m in frugal if m.lease_key == hot[0]), hot[1])
+        holder = lambda: (moved, hot[2])  # noqa: E731
+    if len(frugal) < len(greedy) and not _outside(after, *target, holder, spare_leases=spare):
         return frugal
     return greedy
 
@@ -232,15 +314,30 @@ def _descend(
     once: bool,
     *,
     frugal: bool = False,
+    peak_percent: float,
+    prior: tuple[Move, ...] = (),
+    hot: tuple[str, str | None, float] | None = None,
 ) -> tuple[list[Move], LoadModel]:
     """One plan's steps from ``start`` (left as it is) until the fleet is within the target
     band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes; when not
-    ``triggered`` (only an idle worker priced from a guess), its learning lease alone. Returns
-    the net moves and the model after them."""
+    ``triggered`` (only an idle worker priced from a guess), its learning lease alone. The
+    moves of a ``prior`` plan are made first (and no learning lease after them). Returns the
+    net moves and the model after them."""
     model = copy.copy(start)
     model.load = dict(start.load)
     model.assigned_kbps = dict(start.assigned_kbps)
-    band = settings.target_percent, settings.noise_floor_percent / 2, peak
+    current: dict[str, str] = {}
+    holder = None
+    if hot is not None:
+        key, owner, kbps = hot
+        holder = lambda: (current.get(key, owner), kbps)  # noqa: E731
+    band = (
+        settings.target_percent,
+        settings.noise_floor_percent / 2,
+        peak,
+        peak_percent,
+        holder,
+    )
     ceiling = _ceiling(model, *band)
     movable: dict[str, Holdings] = {wid: Holdings() for wid in model.workers}
     for lease in snapshot.leases:
@@ -256,12 +353,32 @@ def _descend(
     # A lease moved earlier in this plan may move again (the plan keeps improving from the
     # predicted state); only its net change of owner is returned, so no lease goes back and forth.
     origin = {entry[2].key: wid for wid, held in movable.items() for entry in held.entries}
-    current = dict(origin)
+    current.update(origin)
     order: list[str] = []
     steps = 0
     limit = 4 * len(origin) + 8  # each step strictly lowers the sorted loads; this is a backstop
     changed = 0
-    learned = False
+    learned = bool(prior)
+
+    def make(step: list[tuple[LeaseLoad, str, str]]) -> None:
+        nonlocal changed
+        for lease, donor, receiver in step:
+            tp = throughputs[lease.key]
+            model.load[donor] -= model.cost(donor, tp)
+            model.load[receiver] += model.cost(receiver, tp)
+            model.assigned_kbps[donor] -= tp
+            model.assigned_kbps[receiver] += tp
+            movable[donor].remove(tp, lease)
+            movable[receiver].add(tp, lease)
+            changed += (current[lease.key] == origin[lease.key]) - (receiver == origin[lease.key])
+            current[lease.key] = receiver
+            if lease.key not in order:
+                order.append(lease.key)
+
+    leases = {entry[2].key: entry[2] for held in movable.values() for entry in held.entries}
+    for move in prior:
+        if move.from_worker is not None:
+            make([(leases[move.lease_key], move.from_worker, move.to_worker)])
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
@@ -290,17 +407,6 @@ def _descend(
         if settings.max_moves is not None and changed + len(step) > settings.max_moves:
             break
         steps += 1
-        for lease, donor, receiver in step:
-            tp = throughputs[lease.key]
-            model.load[donor] -= model.cost(donor, tp)
-            model.load[receiver] += model.cost(receiver, tp)
-            model.assigned_kbps[donor] -= tp
-            model.assigned_kbps[receiver] += tp
-            movable[donor].remove(tp, lease)
-            movable[receiver].add(tp, lease)
-            changed += (current[lease.key] == origin[lease.key]) - (receiver == origin[lease.key])
-            current[lease.key] = receiver
-            if lease.key not in order:
-                order.append(lease.key)
+        make(step)
     moves = [Move(key, origin[key], current[key]) for key in order if current[key] != origin[key]]
     return moves, model
