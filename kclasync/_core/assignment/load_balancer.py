@@ -1,6 +1,6 @@
 """kclasync's load-aware assignment policy: one plan that balances the fleet in one round.
 
-Owns: ``plan_load_aware``, the default policy of the leader, and ``peak_floor``. It first
+Owns: ``plan_load_aware``, the default policy of the leader (its band: ``load_band``). It first
 places unowned and expired leases (``assign_unowned``), then, if some worker is above the
 trigger band over the fleet's capacity-weighted level (or over the unmovable peak: the hottest
 lease alone on its cheapest worker, when that is higher), above its operating range, or has
@@ -31,7 +31,6 @@ Must not: read clocks, tables or metrics, or use randomness; ties are broken by 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
@@ -43,6 +42,7 @@ from kclasync._core.assignment.load_assignment import (
     assign_unowned,
     lease_throughputs,
 )
+from kclasync._core.assignment.load_band import band_ceiling, out_of_band, peak_floor
 from kclasync._core.assignment.load_steps import (
     Holdings,
     best_step,
@@ -52,9 +52,6 @@ from kclasync._core.assignment.load_steps import (
 
 __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
 
-#: How far off a capacity guessed from a worker's CPU count may be (its per-CPU speed differs
-#: from the fleet's): ``peak_floor`` prices a guessed worker as this much smaller.
-GUESS_ERROR = 1.5
 #: A plan that aims at an unmovable peak itself (not the target band over it) is taken when it
 #: moves at most this many times the leases the plan to the band moves, + 1.
 POLISH_FACTOR = 1.5
@@ -112,104 +109,6 @@ def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None =
     return Plan(assignments=tuple(assignments), moves=tuple(moves))
 
 
-def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str, float]) -> float:
-    """A load no plan can bring the most loaded worker below: the hottest lease alone on the
-    worker where it costs least (a price from a guess counted pessimistically), and what is
-    pinned (sticky leases, leases in handoff) on each worker. Above the fleet's level, the
-    balance is judged against it: moves that level the other workers below an unmovable peak
-    do not lower the peak."""
-    live = model.workers
-    hottest = max(
-        (throughputs[lease.key] for lease in snapshot.leases if not lease.expired),
-        default=0.0,
-    )
-    # Where the hottest lease costs least; a worker priced from a guess (a newcomer's CPU count
-    # at the fleet's capacity per CPU) counts as ``GUESS_ERROR`` times smaller: the guess is
-    # that far off at times, and judged by it a peak already in band on a known worker looked
-    # above it (a 4000 KB/s newcomer guessed at 4577 took the hot lease off a 4000 KB/s worker,
-    # and the plan shuffled the leases behind it). A newcomer that much larger still counts.
-    prices = [r * GUESS_ERROR if wid in model.guessed else r for wid, r in model.rate.items()]
-    cheapest = min((r for r in prices if r > 0), default=0.0)
-    pinned = dict.fromkeys(live, 0.0)
-    for lease in snapshot.leases:
-        if lease.owner in pinned and not lease.expired and (lease.sticky or lease.in_handoff):
-            pinned[lease.owner] += model.cost(lease.owner, throughputs[lease.key])
-    return max(hottest * cheapest, max(pinned.values(), default=0.0))
-
-
-def _ceiling(
-    model: LoadModel,
-    band_percent: float,
-    floor: float,
-    peak: float,
-    peak_percent: float | None = None,
-    holder: Callable[[], tuple[str | None, float]] | None = None,
-) -> Callable[[str], float]:
-    """The most load a worker may carry within the band: the fleet's level + band (or the
-    unmovable peak + band, when higher); a measured load also ``floor`` points above the level
-    (a CPU reading is only known to within its noise; a predicted load is not). With
-    ``peak_percent`` (below the band, may be negative), every worker is held to the unmovable
-    peak + that instead, but the ``holder`` of the hottest lease (its id and the lease's KB/s)
-    to what that lease costs on it. The level does not change as leases move (it is the
-    capacity-weighted mean), so neither does this."""
-    level = model.level()
-    top = max(level * (1 + band_percent / 100), peak * (1 + band_percent / 100))
-    rest = top
-    tight = peak_percent is not None and peak_percent < band_percent
-    if peak_percent is not None and tight:
-        rest = max(level * (1 + band_percent / 100), peak * (1 + peak_percent / 100))
-
-    def ceiling(wid: str) -> float:
-        mine = rest
-        if tight and holder is not None:
-            owner, kbps = holder()
-            if wid == owner:
-                mine = max(level * (1 + band_percent / 100), model.cost(wid, kbps))
-        return max(mine, level + floor) if wid in model.measured else mine
-
-    return ceiling
-
-
-def _outside(
-    model: LoadModel,
-    band_percent: float,
-    floor: float = 0.0,
-    peak: float = 0.0,
-    peak_percent: float | None = None,
-    holder: Callable[[], tuple[str | None, float]] | None = None,
-    *,
-    spare_leases: bool = True,
-    empty_band_percent: float | None = None,
-) -> bool:
-    """Whether the fleet is out of balance: a worker above the fleet's level + band (or, when
-    an unmovable peak is higher, above that peak + band), or above its operating range; or a
-    worker with nothing assigned while the fleet has load (a newcomer) and more leases with
-    load than workers (``spare_leases``: with as many workers as leases, or more, some worker
-    holds nothing whatever the plan, and moving leases to fill one empties another, back and
-    forth from one plan to the next), when some worker is also above the narrower
-    ``empty_band_percent`` (an idle newcomer beside a fleet already within that band of its
-    level lowers no peak: its leases would move for nothing). A measured load must also be
-    ``floor`` points above the level (noise). A worker below the level is no reason to move by
-    itself: the highest load is what the fleet is sized for, and levelling the others below it
-    moves leases for nothing."""
-    level = model.level()
-
-    def above(percent: float) -> bool:
-        ceiling = _ceiling(model, percent, floor, peak, peak_percent, holder)
-        return any(
-            load > ceiling(wid) or load > model.limit[wid] for wid, load in model.load.items()
-        )
-
-    if above(band_percent):
-        return True
-    empty = (
-        level > 0
-        and spare_leases
-        and any(v <= 0 and wid not in model.guessed for wid, v in model.assigned_kbps.items())
-    )
-    return empty and above(band_percent if empty_band_percent is None else empty_band_percent)
-
-
 def _rebalance(
     snapshot: FleetSnapshot,
     model: LoadModel,
@@ -223,7 +122,7 @@ def _rebalance(
     peak = peak_floor(model, snapshot, throughputs)
     loaded = sum(1 for lease in snapshot.leases if not lease.expired and throughputs[lease.key] > 0)
     spare = loaded > len(model.workers)
-    triggered = _outside(
+    triggered = out_of_band(
         model,
         settings.trigger_percent,
         settings.noise_floor_percent,
@@ -243,7 +142,7 @@ def _rebalance(
     # learning leases may follow one another while nothing else lowers the peak, as they make
     # room on the most loaded workers for an exchange off the peak; beside a fleet within the
     # trigger band one learning lease is all a plan gives (the next lowered no peak).
-    once = not _outside(model, settings.trigger_percent, settings.noise_floor_percent, peak)
+    once = not out_of_band(model, settings.trigger_percent, settings.noise_floor_percent, peak)
     args = snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
     plan = tuple(_plan(*args, peak_percent=settings.target_percent))
     # Above an unmovable peak (a hot lease alone on its cheapest worker, higher than the level)
@@ -296,7 +195,7 @@ def _plan(
     if hot is not None:
         moved = next((m.to_worker for m in frugal if m.lease_key == hot[0]), hot[1])
         holder = lambda: (moved, hot[2])  # noqa: E731
-    if len(frugal) < len(greedy) and not _outside(after, *target, holder, spare_leases=spare):
+    if len(frugal) < len(greedy) and not out_of_band(after, *target, holder, spare_leases=spare):
         return frugal
     return greedy
 
@@ -338,7 +237,7 @@ def _descend(
         peak_percent,
         holder,
     )
-    ceiling = _ceiling(model, *band)
+    ceiling = band_ceiling(model, *band)
     movable: dict[str, Holdings] = {wid: Holdings() for wid in model.workers}
     for lease in snapshot.leases:
         if (
@@ -382,7 +281,7 @@ def _descend(
     while steps < limit:
         if settings.max_moves is not None and changed >= settings.max_moves:
             break
-        if triggered and _outside(model, *band, spare_leases=spare):
+        if triggered and out_of_band(model, *band, spare_leases=spare):
             step = None
             if frugal:
                 step = frugal_step(model, movable, settings.min_gain_percent, ceiling)
