@@ -26,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import functools
 import heapq
 import math
 import selectors
 import time
+from asyncio import format_helpers
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -159,6 +161,28 @@ class VirtualClock:
         self.now = max(self.now, when)
 
 
+_new_handle: Any = object.__new__
+
+
+class _Timer(asyncio.TimerHandle):
+    """An ``asyncio.TimerHandle`` whose ``cancel`` is asyncio's, written in: every
+    ``asyncio.sleep`` cancels its timer when it ends, most often one that has fired."""
+
+    __slots__ = ()
+
+    def cancel(self) -> None:
+        h: Any = self  # its private fields, as asyncio.events sets them
+        if not h._cancelled:
+            loop = h._loop
+            if h._scheduled:  # the loop's _timer_handle_cancelled
+                loop._timer_cancelled_count += 1
+            h._cancelled = True
+            if loop._debug:
+                h._repr = repr(self)
+            h._callback = None
+            h._args = None
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An event loop whose ``time()`` is virtual and jumps to the next timer when idle."""
 
@@ -172,6 +196,9 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         # is still (one float step) before its deadline and sleeps the rest would spin without
         # time ever moving. So timers fire only once the virtual clock has reached them.
         self._clock_resolution = 0.0
+        # asyncio's create_future (``Future(loop=self)``, one per ``asyncio.sleep``) as a
+        # partial, called without a Python frame.
+        self.create_future = functools.partial(asyncio.Future, loop=self)  # type: ignore[method-assign]
 
     def call_soon(  # type: ignore[override]
         self,
@@ -179,19 +206,30 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
-        """asyncio's ``call_soon``, its ``_call_soon`` step written in: every task wake-up
-        comes through here."""
+        """asyncio's ``call_soon``, its ``_call_soon`` step and the handle's ``__init__``
+        written in (outside debug mode): every task wake-up comes through here."""
         loop: Any = self  # asyncio's private loop state, as base_events keeps it
-        loop._check_closed()
+        if loop._closed:
+            raise RuntimeError("Event loop is closed")
         if loop._debug:
             loop._check_thread()
             loop._check_callback(callback, "call_soon")
-        handle = asyncio.Handle(callback, args, self, context)
-        state: Any = handle  # its private fields, as base_events reads them
-        if state._source_traceback:
-            del state._source_traceback[-1]
-        loop._ready.append(handle)
-        return handle
+            handle = asyncio.Handle(callback, args, self, context)
+            state: Any = handle  # its private fields, as base_events reads them
+            if state._source_traceback:
+                del state._source_traceback[-1]
+            loop._ready.append(handle)
+            return handle
+        h: Any = _new_handle(asyncio.Handle)
+        h._context = contextvars.copy_context() if context is None else context
+        h._loop = self
+        h._callback = callback
+        h._args = args
+        h._cancelled = False
+        h._repr = None
+        h._source_traceback = None
+        loop._ready.append(h)
+        return h  # type: ignore[no-any-return]
 
     def call_later(  # type: ignore[override]
         self,
@@ -204,7 +242,23 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         directly: every ``asyncio.sleep`` comes through here."""
         if delay is None:
             raise TypeError("delay must not be None")
-        return self._schedule(self.clock.now + delay, callback, args, context)
+        loop: Any = self  # asyncio's private loop state, as base_events keeps it
+        if loop._debug or loop._closed:
+            return self._schedule(self.clock.now + delay, callback, args, context)
+        # _schedule's steps outside debug mode, written in
+        when = self.clock.now + delay
+        timer: Any = _new_handle(_Timer)
+        timer._context = contextvars.copy_context() if context is None else context
+        timer._loop = self
+        timer._callback = callback
+        timer._args = args
+        timer._cancelled = False
+        timer._repr = None
+        timer._source_traceback = None
+        timer._when = when
+        heapq.heappush(loop._scheduled, (when, timer))
+        timer._scheduled = True
+        return timer  # type: ignore[no-any-return]
 
     def call_at(  # type: ignore[override]
         self,
@@ -231,74 +285,107 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         args: tuple[Any, ...],
         context: contextvars.Context | None,
     ) -> asyncio.TimerHandle:
-        """The timer of ``call_at`` and ``call_later``, pushed onto the heap."""
+        """The timer of ``call_at`` and ``call_later``, pushed onto the heap: a ``_Timer``
+        (an ``asyncio.TimerHandle`` whose cancel is written in), built without its
+        ``__init__`` outside debug mode."""
         loop: Any = self  # asyncio's private loop state, as base_events keeps it
-        loop._check_closed()
+        if loop._closed:
+            raise RuntimeError("Event loop is closed")
         if loop._debug:
             loop._check_thread()
             loop._check_callback(callback, "call_at")
-        timer = asyncio.TimerHandle(when, callback, args, self, context)
-        state: Any = timer  # its private fields, as base_events sets them
-        if state._source_traceback:
-            del state._source_traceback[-2:]  # this method and call_at or call_later
+            timer: Any = _Timer(when, callback, args, self, context)
+            if timer._source_traceback:
+                del timer._source_traceback[-2:]  # this method and call_at or call_later
+        else:
+            timer = _new_handle(_Timer)
+            timer._context = contextvars.copy_context() if context is None else context
+            timer._loop = self
+            timer._callback = callback
+            timer._args = args
+            timer._cancelled = False
+            timer._repr = None
+            timer._source_traceback = None
+            timer._when = when
         heapq.heappush(loop._scheduled, (when, timer))
-        state._scheduled = True
-        return timer
+        timer._scheduled = True
+        return timer  # type: ignore[no-any-return]
 
     def _run_once(self) -> None:
-        """One turn of asyncio's ``BaseEventLoop._run_once``, step for step (cancelled timers
-        dropped, I/O polled or the clock moved, due timers made ready, the ready callbacks
-        run in order), over the ``(when, timer)`` heap of ``call_at`` and with the virtual
-        selector's decision called directly: a turn per timer and per wake-up is most of a
-        large simulation's loop overhead. Debug mode's slow-callback warning is left out: no
-        virtual time passes while a callback runs.
+        """asyncio's ``BaseEventLoop._run_once``, turn after turn, step for step (cancelled
+        timers dropped, I/O polled or the clock moved, due timers made ready, the ready
+        callbacks run in order), over the ``(when, timer)`` heap of ``call_at`` and with the
+        virtual selector's decision called directly: a turn per timer and per wake-up is
+        most of a large simulation's loop overhead. Debug mode's slow-callback warning is
+        left out: no virtual time passes while a callback runs.
 
-        While callbacks are ready afterwards (a timer's callback woke a task, a task woke
-        another), the next turns run here too, each still step for step (cancelled timers,
-        I/O every 64th turn, timers due, the callbacks ready at its start) but without going
-        back through ``run_forever``: such a turn cannot move the clock. Back there only once
-        nothing is ready, or ``stop()`` was called (``run_forever`` then stops, as after any
-        turn)."""
+        The turns follow one another here, without going back through ``run_forever``
+        (whose loop does nothing between two turns but test ``_stopping``), until
+        ``stop()`` was called: then back there after that turn, as ``run_forever`` stops
+        after any turn. Cancelled timers are looked for only while some may be in the heap
+        (``_timer_cancelled_count`` counts at least those)."""
         loop: Any = self  # asyncio's private loop state, as base_events keeps it
-        scheduled = self._drop_cancelled_timers()
         ready: collections.deque[Any] = loop._ready
         clock = self.clock
         virtual = self._virtual
-        busy = bool(ready) or loop._stopping
-        timeout: float | None = None
-        if busy:
-            timeout = 0
-        elif scheduled:
-            timeout = min(max(0, scheduled[0][0] - clock.now), _MAX_SELECT_TIMEOUT)
-        events = virtual.poll_or_advance(busy, timeout, scheduled[0][0] if scheduled else None)
         popleft = ready.popleft
+        heappop = heapq.heappop
         while True:
+            if loop._timer_cancelled_count:
+                self._drop_cancelled_timers()
+            scheduled = loop._scheduled
+            if ready or loop._stopping:
+                events = virtual.poll_busy()
+            elif scheduled:
+                when = scheduled[0][0]
+                timeout = min(max(0, when - clock.now), _MAX_SELECT_TIMEOUT)
+                events = virtual.poll_or_advance(False, timeout, when)
+            else:
+                events = virtual.poll_or_advance(False, None, None)
             if events:
                 loop._process_events(events)
             end_time = clock.now  # the clock resolution is 0
             while scheduled:
                 if scheduled[0][0] >= end_time:
                     break
-                handle = heapq.heappop(scheduled)[1]
+                handle = heappop(scheduled)[1]
                 handle._scheduled = False
                 ready.append(handle)
-            debug = loop._debug
-            for _ in range(len(ready)):
-                handle = popleft()
-                if handle._cancelled:
-                    continue
-                if debug:
+            if loop._debug:
+                for _ in range(len(ready)):
+                    handle = popleft()
+                    if handle._cancelled:
+                        continue
                     try:
                         loop._current_handle = handle
                         handle._run()
                     finally:
                         loop._current_handle = None
-                else:
-                    handle._run()
-            if not ready or loop._stopping:
+            else:
+                for _ in range(len(ready)):
+                    handle = popleft()
+                    if handle._cancelled:
+                        continue
+                    try:  # the handle's _run, written in
+                        handle._context.run(handle._callback, *handle._args)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        self._callback_failed(handle, exc)
+            if loop._stopping:
                 return
-            scheduled = self._drop_cancelled_timers()
-            events = virtual.poll_busy()
+
+    def _callback_failed(self, handle: Any, exc: BaseException) -> None:
+        """What ``asyncio.Handle._run`` does when its callback raises."""
+        callback = format_helpers._format_callback_source(handle._callback, handle._args)
+        context: dict[str, Any] = {
+            "message": f"Exception in callback {callback}",
+            "exception": exc,
+            "handle": handle,
+        }
+        if handle._source_traceback:
+            context["source_traceback"] = handle._source_traceback
+        self.call_exception_handler(context)
 
     def _drop_cancelled_timers(self) -> list[tuple[float, Any]]:
         """The first step of a turn, as asyncio's: drop cancelled timers from the heap (all
