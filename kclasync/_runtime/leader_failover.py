@@ -101,12 +101,13 @@ class LeaderFailover:
                     previous = elector.leader_id()
                     if not elector.is_leader():
                         # Nothing to watch until this worker leads: wait for its term (the
-                        # elector's event) rather than look every interval, and watch at once.
+                        # elector's event) rather than look every interval; the first watch
+                        # follows an interval later, as the next look would have at the latest.
                         # The previous owner is the one its winning read saw.
                         became_leader.clear()
                         await became_leader.wait()
                         previous = elector.previous_owner()
-                        continue
+                        started = holder.now()
                 await asyncio.sleep(max(0.0, self.interval - (holder.now() - started)))
 
     async def _watch(self, followers: asyncio.TaskGroup, previous: str | None = None) -> None:
