@@ -1,7 +1,8 @@
 """The checkpointer a shard's processor gets: fenced writes, and buffered checkpoints.
 
 ``checkpoint(..., persist=False)`` only records the position in memory; ``flush_every`` (a task
-of the shard's pipeline) writes the newest recorded one every ``checkpoint_interval`` seconds,
+of the shard's pipeline) writes the newest recorded one every ``checkpoint_interval`` seconds
+(at most that long after it was recorded),
 and the pipeline flushes before SHARD_END and after ``shutdown_requested`` returns (a stop, a
 release or a handoff). Writes are serialised and never move the checkpoint backwards, so a flush
 racing a ``persist=True`` checkpoint cannot undo it. A crash loses at most the positions recorded
@@ -43,6 +44,8 @@ class ShardCheckpointer:
         self._write_lock = asyncio.Lock()
         #: The newest position recorded with ``persist=False`` and not written yet.
         self.buffered: Checkpoint | None = None
+        #: Set when a position is buffered: ``flush_every`` waits for it while none is.
+        self._buffering = asyncio.Event()
         #: Checkpoint writes done and ``persist=False`` calls that did not write (for metrics
         #: and benchmarks).
         self.writes = 0
@@ -109,6 +112,7 @@ class ShardCheckpointer:
         if not persist:
             if self.buffered is None or not _not_after(target, self.buffered):
                 self.buffered = target
+                self._buffering.set()
             self.buffered_calls += 1
             return
         await self._write(target)
@@ -121,8 +125,13 @@ class ShardCheckpointer:
 
     async def flush_every(self, interval: float) -> None:
         """Write the buffered position every ``interval`` seconds until cancelled or the lease
-        is lost; a failed write is retried at the next tick (the position stays buffered)."""
+        is lost; a failed write is retried at the next tick (the position stays buffered).
+        While nothing is buffered it waits for a position instead (no wake-up per interval
+        for a processor that never buffers), and writes it ``interval`` seconds later."""
         while True:
+            if self.buffered is None:
+                self._buffering.clear()
+                await self._buffering.wait()
             await asyncio.sleep(interval)
             try:
                 await self.flush()

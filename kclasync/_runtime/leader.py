@@ -97,6 +97,11 @@ class LeaderElector:
             return self.worker_id
         return self.state.seen_owner
 
+    def previous_owner(self) -> str | None:
+        """The owner the lock named at this worker's last read (the one before its term when
+        it leads; None: no lock, or a released one)."""
+        return self.state.seen_owner
+
     def subscribe(self) -> asyncio.Event:
         """An event set each time this worker becomes leader (the subscriber clears it)."""
         event = asyncio.Event()

@@ -87,6 +87,8 @@ class LeaderFailover:
         return self._elector.is_leader() and taking.enabled and taking.leader_assigns
 
     async def run(self) -> None:
+        elector = self._elector
+        became_leader = elector.subscribe()
         async with asyncio.TaskGroup() as followers:
             followers.create_task(self._failover_runs(), name="leader-failover-runs")
             holder = self._holder
@@ -100,8 +102,17 @@ class LeaderFailover:
                     previous = None
                 else:
                     self.view = ReportView()  # a new term watches afresh
-                    self._elector.observe_fleet(None)
-                    previous = self._elector.leader_id()
+                    elector.observe_fleet(None)
+                    previous = elector.leader_id()
+                    if not elector.is_leader():
+                        # Nothing to watch until this worker leads: wait for its term (the
+                        # elector's event) rather than look every interval; the first watch
+                        # follows an interval later, as the next look would have at the latest.
+                        # The previous owner is the one its winning read saw.
+                        became_leader.clear()
+                        await became_leader.wait()
+                        previous = elector.previous_owner()
+                        started = holder.now()
                 await asyncio.sleep(max(0.0, self.interval - (holder.now() - started)))
 
     async def _watch(self, followers: asyncio.TaskGroup, previous: str | None = None) -> None:

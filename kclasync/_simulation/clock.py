@@ -17,8 +17,8 @@ program and the same random seeds.
 The PyPI package ``looptime`` fast-forwards loop time too, but as a pytest plugin that patches a
 running loop; the ``kclasync simulate`` command needs a standalone loop, and this one is small.
 
-Owns: the loop class and ``run_virtual``. Must not: read the wall clock for anything but the
-optional ``wall_limit`` guard in ``run_virtual``.
+Owns: the loop class and ``run_virtual`` (its clock and selector: ``virtual_selector``).
+Must not: read the wall clock (the selector's ``wall_limit`` guard aside).
 """
 
 from __future__ import annotations
@@ -26,12 +26,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import functools
 import heapq
-import math
-import selectors
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from asyncio import format_helpers
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+
+from kclasync._simulation.virtual_selector import (
+    Deadlock,
+    VirtualClock,
+    WallTimeExceeded,
+    _VirtualSelector,
+)
 
 _T = TypeVar("_T")
 
@@ -41,122 +47,26 @@ _MIN_SCHEDULED = 100
 _MIN_CANCELLED_SHARE = 0.5
 _MAX_SELECT_TIMEOUT = 24 * 3600
 
-
-class Deadlock(RuntimeError):
-    """Every task waits for something that no timer or ready callback can bring."""
+_new_handle: Any = object.__new__
 
 
-class WallTimeExceeded(RuntimeError):
-    """A run took longer in real time than its ``wall_limit`` (a runaway or a busy loop)."""
+class _Timer(asyncio.TimerHandle):
+    """An ``asyncio.TimerHandle`` whose ``cancel`` is asyncio's, written in: every
+    ``asyncio.sleep`` cancels its timer when it ends, most often one that has fired."""
 
+    __slots__ = ()
 
-class _VirtualSelector(selectors.BaseSelector):
-    """Polls a real selector without blocking; a would-be wait advances the virtual clock."""
-
-    def __init__(
-        self,
-        clock: VirtualClock,
-        wall_limit: float | None,
-        next_timer: Callable[[], float | None],
-        busy: Callable[[], bool],
-    ) -> None:
-        self._inner = selectors.DefaultSelector()
-        self._clock = clock
-        self._next_timer = next_timer
-        self._busy = busy
-        self._deadline = None if wall_limit is None else time.monotonic() + wall_limit
-        self._polls = 0
-        #: Files registered by the loop itself (its self-pipe), set by ``VirtualTimeLoop``.
-        self.own_files = 0
-        #: Files registered now (kept here: the idle turn asks at every timer).
-        self._files = 0
-
-    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        key = self._inner.register(fileobj, events, data)
-        self._files += 1
-        return key
-
-    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        key = self._inner.unregister(fileobj)
-        self._files -= 1
-        return key
-
-    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._inner.modify(fileobj, events, data)
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        return self.poll_or_advance(self._busy(), timeout, self._next_timer())
-
-    def poll_or_advance(
-        self, busy: bool, timeout: float | None, next_timer: float | None
-    ) -> list[tuple[selectors.SelectorKey, int]]:
-        """What ``select`` does, for a loop that knows whether it is busy (callbacks ready)
-        and when its first timer is due (``next_timer``; None: no timer)."""
-        if busy:
-            return self.poll_busy()
-        self._count_turn()
-        # Real I/O is polled every 64th turn, and before the clock moves whenever a file
-        # other than the loop's self-pipe is registered: a poll per turn was a system call
-        # per timer, ~5 % of a large simulation. The self-pipe needs no poll before the clock
-        # moves: ``call_soon_threadsafe`` queues its callback (making the loop busy) before
-        # it writes the byte that would only wake a waiting loop, and this loop never waits.
-        # Before a Deadlock is declared, always.
-        poll = not self._polls & 0x3F or timeout is None or self._files > self.own_files
-        events = self._inner.select(0) if poll else []
-        if events:
-            return events
-        if timeout is None:
-            raise Deadlock(
-                "virtual-time loop: no task is ready and no timer is scheduled "
-                f"(virtual time {self._clock.now:.3f}s)"
-            )
-        # Move just past the next timer's deadline (timers fire once the clock has passed
-        # them; see VirtualTimeLoop). Computing ``now + (when - now)`` instead can land one
-        # float step short, and code that then sleeps the remaining step would spin.
-        when = next_timer
-        if when is None or when - self._clock.now > timeout:
-            self._clock.advance(timeout)  # a capped select timeout; the loop asks again
-        else:
-            self._clock.advance_to(math.nextafter(max(when, self._clock.now), math.inf))
-        return []
-
-    def poll_busy(self) -> list[tuple[selectors.SelectorKey, int]]:
-        """``poll_or_advance`` for a busy loop: the clock stays, real I/O is polled every
-        64th turn."""
-        self._count_turn()
-        return [] if self._polls & 0x3F else self._inner.select(0)
-
-    def _count_turn(self) -> None:
-        """Count a loop turn, and every 4096th check the wall-time limit."""
-        self._polls += 1
-        if (
-            self._deadline is not None
-            and not self._polls & 0xFFF
-            and time.monotonic() > self._deadline
-        ):
-            raise WallTimeExceeded(
-                f"virtual-time loop: wall-time limit exceeded at virtual {self._clock.now:.1f}s"
-            )
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
-        return self._inner.get_map()
-
-
-class VirtualClock:
-    """Seconds of virtual time; only moves forward."""
-
-    def __init__(self, start: float = 0.0) -> None:
-        self.now = start
-
-    def advance(self, seconds: float) -> None:
-        if seconds > 0:
-            self.now += seconds
-
-    def advance_to(self, when: float) -> None:
-        self.now = max(self.now, when)
+    def cancel(self) -> None:
+        h: Any = self  # its private fields, as asyncio.events sets them
+        if not h._cancelled:
+            loop = h._loop
+            if h._scheduled:  # the loop's _timer_handle_cancelled
+                loop._timer_cancelled_count += 1
+            h._cancelled = True
+            if loop._debug:
+                h._repr = repr(self)
+            h._callback = None
+            h._args = None
 
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
@@ -172,6 +82,9 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         # is still (one float step) before its deadline and sleeps the rest would spin without
         # time ever moving. So timers fire only once the virtual clock has reached them.
         self._clock_resolution = 0.0
+        # asyncio's create_future (``Future(loop=self)``, one per ``asyncio.sleep``) as a
+        # partial, called without a Python frame.
+        self.create_future = functools.partial(asyncio.Future, loop=self)  # type: ignore[method-assign]
 
     def call_soon(  # type: ignore[override]
         self,
@@ -179,19 +92,30 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
-        """asyncio's ``call_soon``, its ``_call_soon`` step written in: every task wake-up
-        comes through here."""
+        """asyncio's ``call_soon``, its ``_call_soon`` step and the handle's ``__init__``
+        written in (outside debug mode): every task wake-up comes through here."""
         loop: Any = self  # asyncio's private loop state, as base_events keeps it
-        loop._check_closed()
+        if loop._closed:
+            raise RuntimeError("Event loop is closed")
         if loop._debug:
             loop._check_thread()
             loop._check_callback(callback, "call_soon")
-        handle = asyncio.Handle(callback, args, self, context)
-        state: Any = handle  # its private fields, as base_events reads them
-        if state._source_traceback:
-            del state._source_traceback[-1]
-        loop._ready.append(handle)
-        return handle
+            handle = asyncio.Handle(callback, args, self, context)
+            state: Any = handle  # its private fields, as base_events reads them
+            if state._source_traceback:
+                del state._source_traceback[-1]
+            loop._ready.append(handle)
+            return handle
+        h: Any = _new_handle(asyncio.Handle)
+        h._context = contextvars.copy_context() if context is None else context
+        h._loop = self
+        h._callback = callback
+        h._args = args
+        h._cancelled = False
+        h._repr = None
+        h._source_traceback = None
+        loop._ready.append(h)
+        return h  # type: ignore[no-any-return]
 
     def call_later(  # type: ignore[override]
         self,
@@ -204,7 +128,23 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         directly: every ``asyncio.sleep`` comes through here."""
         if delay is None:
             raise TypeError("delay must not be None")
-        return self._schedule(self.clock.now + delay, callback, args, context)
+        loop: Any = self  # asyncio's private loop state, as base_events keeps it
+        if loop._debug or loop._closed:
+            return self._schedule(self.clock.now + delay, callback, args, context)
+        # _schedule's steps outside debug mode, written in
+        when = self.clock.now + delay
+        timer: Any = _new_handle(_Timer)
+        timer._context = contextvars.copy_context() if context is None else context
+        timer._loop = self
+        timer._callback = callback
+        timer._args = args
+        timer._cancelled = False
+        timer._repr = None
+        timer._source_traceback = None
+        timer._when = when
+        heapq.heappush(loop._scheduled, (when, timer))
+        timer._scheduled = True
+        return timer  # type: ignore[no-any-return]
 
     def call_at(  # type: ignore[override]
         self,
@@ -231,74 +171,107 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         args: tuple[Any, ...],
         context: contextvars.Context | None,
     ) -> asyncio.TimerHandle:
-        """The timer of ``call_at`` and ``call_later``, pushed onto the heap."""
+        """The timer of ``call_at`` and ``call_later``, pushed onto the heap: a ``_Timer``
+        (an ``asyncio.TimerHandle`` whose cancel is written in), built without its
+        ``__init__`` outside debug mode."""
         loop: Any = self  # asyncio's private loop state, as base_events keeps it
-        loop._check_closed()
+        if loop._closed:
+            raise RuntimeError("Event loop is closed")
         if loop._debug:
             loop._check_thread()
             loop._check_callback(callback, "call_at")
-        timer = asyncio.TimerHandle(when, callback, args, self, context)
-        state: Any = timer  # its private fields, as base_events sets them
-        if state._source_traceback:
-            del state._source_traceback[-2:]  # this method and call_at or call_later
+            timer: Any = _Timer(when, callback, args, self, context)
+            if timer._source_traceback:
+                del timer._source_traceback[-2:]  # this method and call_at or call_later
+        else:
+            timer = _new_handle(_Timer)
+            timer._context = contextvars.copy_context() if context is None else context
+            timer._loop = self
+            timer._callback = callback
+            timer._args = args
+            timer._cancelled = False
+            timer._repr = None
+            timer._source_traceback = None
+            timer._when = when
         heapq.heappush(loop._scheduled, (when, timer))
-        state._scheduled = True
-        return timer
+        timer._scheduled = True
+        return timer  # type: ignore[no-any-return]
 
     def _run_once(self) -> None:
-        """One turn of asyncio's ``BaseEventLoop._run_once``, step for step (cancelled timers
-        dropped, I/O polled or the clock moved, due timers made ready, the ready callbacks
-        run in order), over the ``(when, timer)`` heap of ``call_at`` and with the virtual
-        selector's decision called directly: a turn per timer and per wake-up is most of a
-        large simulation's loop overhead. Debug mode's slow-callback warning is left out: no
-        virtual time passes while a callback runs.
+        """asyncio's ``BaseEventLoop._run_once``, turn after turn, step for step (cancelled
+        timers dropped, I/O polled or the clock moved, due timers made ready, the ready
+        callbacks run in order), over the ``(when, timer)`` heap of ``call_at`` and with the
+        virtual selector's decision called directly: a turn per timer and per wake-up is
+        most of a large simulation's loop overhead. Debug mode's slow-callback warning is
+        left out: no virtual time passes while a callback runs.
 
-        While callbacks are ready afterwards (a timer's callback woke a task, a task woke
-        another), the next turns run here too, each still step for step (cancelled timers,
-        I/O every 64th turn, timers due, the callbacks ready at its start) but without going
-        back through ``run_forever``: such a turn cannot move the clock. Back there only once
-        nothing is ready, or ``stop()`` was called (``run_forever`` then stops, as after any
-        turn)."""
+        The turns follow one another here, without going back through ``run_forever``
+        (whose loop does nothing between two turns but test ``_stopping``), until
+        ``stop()`` was called: then back there after that turn, as ``run_forever`` stops
+        after any turn. Cancelled timers are looked for only while some may be in the heap
+        (``_timer_cancelled_count`` counts at least those)."""
         loop: Any = self  # asyncio's private loop state, as base_events keeps it
-        scheduled = self._drop_cancelled_timers()
         ready: collections.deque[Any] = loop._ready
         clock = self.clock
         virtual = self._virtual
-        busy = bool(ready) or loop._stopping
-        timeout: float | None = None
-        if busy:
-            timeout = 0
-        elif scheduled:
-            timeout = min(max(0, scheduled[0][0] - clock.now), _MAX_SELECT_TIMEOUT)
-        events = virtual.poll_or_advance(busy, timeout, scheduled[0][0] if scheduled else None)
         popleft = ready.popleft
+        heappop = heapq.heappop
         while True:
+            if loop._timer_cancelled_count:
+                self._drop_cancelled_timers()
+            scheduled = loop._scheduled
+            if ready or loop._stopping:
+                events = virtual.poll_busy()
+            elif scheduled:
+                when = scheduled[0][0]
+                timeout = min(max(0, when - clock.now), _MAX_SELECT_TIMEOUT)
+                events = virtual.poll_or_advance(False, timeout, when)
+            else:
+                events = virtual.poll_or_advance(False, None, None)
             if events:
                 loop._process_events(events)
             end_time = clock.now  # the clock resolution is 0
             while scheduled:
                 if scheduled[0][0] >= end_time:
                     break
-                handle = heapq.heappop(scheduled)[1]
+                handle = heappop(scheduled)[1]
                 handle._scheduled = False
                 ready.append(handle)
-            debug = loop._debug
-            for _ in range(len(ready)):
-                handle = popleft()
-                if handle._cancelled:
-                    continue
-                if debug:
+            if loop._debug:
+                for _ in range(len(ready)):
+                    handle = popleft()
+                    if handle._cancelled:
+                        continue
                     try:
                         loop._current_handle = handle
                         handle._run()
                     finally:
                         loop._current_handle = None
-                else:
-                    handle._run()
-            if not ready or loop._stopping:
+            else:
+                for _ in range(len(ready)):
+                    handle = popleft()
+                    if handle._cancelled:
+                        continue
+                    try:  # the handle's _run, written in
+                        handle._context.run(handle._callback, *handle._args)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        self._callback_failed(handle, exc)
+            if loop._stopping:
                 return
-            scheduled = self._drop_cancelled_timers()
-            events = virtual.poll_busy()
+
+    def _callback_failed(self, handle: Any, exc: BaseException) -> None:
+        """What ``asyncio.Handle._run`` does when its callback raises."""
+        callback = format_helpers._format_callback_source(handle._callback, handle._args)
+        context: dict[str, Any] = {
+            "message": f"Exception in callback {callback}",
+            "exception": exc,
+            "handle": handle,
+        }
+        if handle._source_traceback:
+            context["source_traceback"] = handle._source_traceback
+        self.call_exception_handler(context)
 
     def _drop_cancelled_timers(self) -> list[tuple[float, Any]]:
         """The first step of a turn, as asyncio's: drop cancelled timers from the heap (all
