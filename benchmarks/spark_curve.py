@@ -3,10 +3,12 @@ moto's server and on kinesis-local, each point against a plain aiobotocore GetRe
 just before it in the same process.
 
     flock /tmp/heavy.lock uv run python benchmarks/spark_curve.py [--backends moto,kinesis-local]
-        [--shards 4,16,64] [--records 20000] [--group 0] [--runs 1] [--phases] [--floor]
+        [--shards 4,16,64] [--records 20000 | --per-shard N] [--group 0] [--runs 1] [--phases]
+        [--floor]
 
 Per backend: a new stream per shard count holding the same ``--records`` backlog (a fixed
-total, spread over unique partition keys, so more shards means fewer records per shard), and a
+total, spread over unique partition keys, so more shards means fewer records per shard; with
+``--per-shard`` the same backlog per shard instead, so the total grows with the shards), and a
 new ``local[2]`` Spark session (``spark_throughput.start_session``). The session's first query
 is the cold start (Spark starts its executors' Python workers), reported apart. Then per shard
 count and per ``shardsPerTask`` (the source's default, 1, and ``--group``; by default
@@ -134,15 +136,21 @@ def line(p: Point) -> str:
     )
 
 
+def total(args: argparse.Namespace, shards: int) -> int:
+    """The backlog of the stream of ``shards``: ``--records``, or ``--per-shard`` per shard."""
+    return int(args.per_shard * shards if args.per_shard else args.records)
+
+
 def run_backend(name: str, args: argparse.Namespace, tmp: str) -> tuple[Point, list[Point]]:
     with backend(name) as local:
         if args.phases and name == "moto":
             spark_throughput.MOTO = ServerCpu()  # moto's CPU time in each window, printed
         for shards in args.shards:
             started = time.monotonic()
-            asyncio.run(backlog(local, f"curve-{shards}", shards, args.records, args.records))
+            records = total(args, shards)
+            asyncio.run(backlog(local, f"curve-{shards}", shards, records, records))
             took = time.monotonic() - started
-            print(f"{name}: {args.records:,} records into {shards} shards in {took:.1f} s")
+            print(f"{name}: {records:,} records into {shards} shards in {took:.1f} s")
         asyncio.run(backlog(local, WARMUP_STREAM, 4, WARMUP_RECORDS))
         started = time.monotonic()
         spark = start_session()
@@ -156,7 +164,7 @@ def run_backend(name: str, args: argparse.Namespace, tmp: str) -> tuple[Point, l
                 name,
                 first,
                 "default",
-                args.records,
+                total(args, first),
                 plain,
                 rates,
                 Rates(*(v / plain for v in rates)),
@@ -166,11 +174,11 @@ def run_backend(name: str, args: argparse.Namespace, tmp: str) -> tuple[Point, l
             points = []
             for shards in args.shards:
                 for per_task in groupings(shards, args.group, args.only_grouped):
-                    points.append(curve.point(name, shards, args.records, per_task))
+                    points.append(curve.point(name, shards, total(args, shards), per_task))
                     print("     " + line(points[-1]), flush=True)
             if args.floor:
                 done = {(p.shards, int(p.per_task)) for p in points if p.per_task != "default"}
-                spark_floor.floor_table(spark, sorted(done), args.records, tmp)
+                spark_floor.floor_table(spark, sorted(done), total(args, first), tmp)
                 args.floor = False  # Spark's share does not depend on the backend
         finally:
             spark.stop()
@@ -190,6 +198,12 @@ def main() -> None:
     parser.add_argument("--shards", default="4,16,64", help="comma-separated shard counts")
     parser.add_argument(
         "--records", type=int, default=20_000, help="backlog per shard count (a fixed total)"
+    )
+    parser.add_argument(
+        "--per-shard",
+        type=int,
+        default=0,
+        help="backlog per shard instead of a fixed total (the total grows with the shards)",
     )
     parser.add_argument(
         "--group",

@@ -1,10 +1,12 @@
 """The Spark source's AWS clients on the driver, for one query.
 
 Spark calls the stream reader synchronously, in a Python process it starts for the query; this
-keeps a private event loop there with one botocore session, the Kinesis client (also for
-enhanced fan-out), the progress store and, with ``leaseTable``, the lease table's client.
+keeps a private event loop there, running on a thread of its own, with one botocore session,
+the Kinesis client (also for enhanced fan-out), the progress store and, with ``leaseTable``,
+the lease table's client.
 
-Owns: opening, using (``run``) and closing those clients, and knowing whether this process is
+Owns: opening, using (``run``; ``spawn``: work that goes on while Spark does its own between two
+calls of the reader) and closing those clients, and knowing whether this process is
 Spark's streaming source runner (``in_source_runner``), where the reader opens them on a thread
 as soon as Spark makes it, so that a query's first planning does not wait for them.
 Must not: decide what to read or record (``kclasync.spark.source`` plans; executors use
@@ -18,6 +20,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -45,17 +48,26 @@ T = TypeVar("T")
 
 
 class DriverIO:
-    """The driver's AWS clients on a private event loop (Spark calls the reader synchronously)."""
+    """The driver's AWS clients on a private event loop (Spark calls the reader synchronously);
+    the loop runs on its own thread, so work ``spawn``ed goes on between the reader's calls."""
 
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
         self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="kclasync-driver-loop", daemon=True
+        )
+        self._thread.start()
         self._stack = contextlib.AsyncExitStack()
         self.kinesis: KinesisStreamClient | None = None
         self.fanout: FanOutClient | None = None
         self.leases: DynamoLeaseStore | None = None
         self.progress: ProgressStore | None = None
-        self.run(self._open)
+        try:
+            self.run(self._open)
+        except BaseException:
+            self.close()
+            raise
 
     async def _open(self) -> None:
         client_options = self._options.aws.client_options()
@@ -77,15 +89,24 @@ class DriverIO:
             await self.leases.ensure_table()
 
     def run(self, make: Callable[[], Awaitable[T]]) -> T:
+        """``make()`` run on the loop, waited for."""
+        return self.spawn(make).result()
+
+    def spawn(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        """``make()`` started on the loop, not waited for (cancel the future to stop it)."""
+
         async def call() -> T:
             return await make()
 
-        return self._loop.run_until_complete(call())
+        return asyncio.run_coroutine_threadsafe(call(), self._loop)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.run(self._stack.aclose)
-        self._loop.close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 class DriverClients:

@@ -57,6 +57,7 @@ __all__ = [
     "expand",
     "has_new_records",
     "read_shard",
+    "shard_iterator",
 ]
 
 log = logging.getLogger("kclasync.spark")
@@ -326,6 +327,27 @@ def _data_loss(stream: str, shard_id: str, start: str, first: str, fail: bool) -
     if fail:
         raise DataLossError(f"{text}; set failOnDataLoss=false to carry on from there")
     log.warning("%s; carrying on from there (failOnDataLoss=false)", text)
+
+
+async def shard_iterator(
+    client: StreamClient,
+    stream: str,
+    shard_id: str,
+    start: str,
+    *,
+    timestamp: datetime | None = None,
+) -> str | None:
+    """A shard iterator at ``start`` for the batch's read of the shard (``read_shard``'s
+    ``iterator``), or None (at SHARD_END, or when the one call failed: the read takes its own,
+    with its retries)."""
+    position = starting_position(start, timestamp)
+    if position is None:
+        return None
+    try:
+        return await client.get_shard_iterator(stream, shard_id, position)
+    except Exception as exc:
+        log.debug("no early iterator for %s %s: %r", stream, shard_id, exc)
+        return None
 
 
 async def has_new_records(

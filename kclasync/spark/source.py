@@ -38,7 +38,7 @@ from kclasync._core.lineage.shard import Shard
 from kclasync.spark.checks import check_sink, check_source
 from kclasync.spark.driver_io import DriverClients, DriverIO, in_source_runner
 from kclasync.spark.errors_first import user_facing, user_facing_rows
-from kclasync.spark.fetch import has_new_records
+from kclasync.spark.fetch import has_new_records, shard_iterator
 from kclasync.spark.kinesis_sink import KinesisBatchWriter, KinesisStreamWriter, check_columns
 from kclasync.spark.lease_sync import SPARK_OWNER_PREFIX, read_positions, write_positions
 from kclasync.spark.load_checks import CHECKED, LATEST_AT
@@ -54,7 +54,7 @@ from kclasync.spark.offsets import (
     state_after,
 )
 from kclasync.spark.options import ConsumerType, SinkOptions, SourceOptions
-from kclasync.spark.probing import probe_shards
+from kclasync.spark.probing import EarlyIterators, probe_shards, take_iterators
 from kclasync.spark.progress import ProgressStore
 from kclasync.spark.schema import layout_ddl, with_schema_layout
 from kclasync.spark.shard_task import (
@@ -100,6 +100,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: The last planning's probes: their shard iterators, by (shard, position), handed to
         #: the batch's reads of those shards (each saves a GetShardIterator while fresh).
         self._iterators: dict[tuple[str, str], str] = {}
+        #: The iterators of the shards the first planning left unasked, taken while Spark
+        #: launches the batch; ``partitions`` waits for them.
+        self._early = EarlyIterators()
 
     # Executors get a copy without the driver's clients.
     def __getstate__(self) -> dict[str, Any]:
@@ -281,6 +284,17 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         found = self._driver.run(probe)
         self._iterators = {(sid, state[sid].position): it for sid, it in iterators.items()}
+        unasked = [sid for sid in unknown if found[sid] is None]
+
+        def take(sid: str) -> Awaitable[str | None]:
+            pos = state[sid].position
+            return shard_iterator(self._kinesis(), stream, sid, pos, timestamp=timestamp)
+
+        async def take_unasked() -> dict[tuple[str, str], str]:
+            got = await take_iterators(unasked, take)
+            return {(sid, state[sid].position): it for sid, it in got.items()}
+
+        self._early.start(self._driver.spawn(take_unasked) if unasked else None)
         if until is not None:
             self._drained |= {(sid, state[sid].position) for sid in unknown if found[sid] is False}
         work = known + [sid for sid in unknown if found[sid] is not False]
@@ -317,6 +331,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> list[ShardPartition] | list[ShardGroupPartition]:
         offset = SourceOffset.from_json(end)
         consumer_arn = self._fanout_consumer()
+        iterators = {**self._iterators, **self._early.result()}
         parts = [
             ShardPartition(
                 options=self.options,
@@ -328,7 +343,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 timestamp=offset.timestamp,
                 until=offset.until,
                 consumer_arn=consumer_arn,
-                iterator=None if consumer_arn else self._iterators.get((sid, pos.position)),
+                iterator=None if consumer_arn else iterators.get((sid, pos.position)),
             )
             for sid, pos in sorted(offset.shards.items())
             if pos.quota > 0
@@ -346,6 +361,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._driver.run(lambda: progress.prune(offset.run, offset.batch))
 
     def stop(self) -> None:
+        self._early.start(None)
         self._clients.close()
 
 
