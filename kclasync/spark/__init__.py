@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kclasync.spark.data_source import KinesisDataSource
 from kclasync.spark.load_checks import install as install_load_checks
+from kclasync.spark.options import SourceOptions
 from kclasync.spark.schema import ARROW_SCHEMA, COLUMNS, SCHEMA_DDL, records_to_arrow
 from kclasync.spark.sink import BatchInfo, ParquetSink, ResumableWriter, SparkProcessor
-from kclasync.spark.source import KinesisDataSource, SourceOptions
 
 __all__ = [
     "ARROW_SCHEMA",

@@ -10,9 +10,10 @@ import pathlib
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-import kclasync.spark.source as source_module
+import kclasync.spark.data_source as data_source_module
+from kclasync.spark.data_source import KinesisDataSource
 from kclasync.spark.driver_io import in_source_runner
-from kclasync.spark.source import KinesisDataSource, KinesisStreamReader
+from kclasync.spark.source import KinesisStreamReader
 from kclasync.testing.emulators import LocalAws
 from tests.spark.support import create_and_produce, source_options
 
@@ -47,7 +48,7 @@ def test_in_the_runner_the_clients_open_on_a_thread_and_are_used_and_closed(
     moto: LocalAws, unique_name: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     create_and_produce(moto, unique_name, 2, 10)
-    monkeypatch.setattr(source_module, "in_source_runner", lambda: True)
+    monkeypatch.setattr(data_source_module, "in_source_runner", lambda: True)
     reader = _reader(moto, unique_name, tmp_path)
     try:
         opening = reader._clients._opening
