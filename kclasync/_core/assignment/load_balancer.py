@@ -90,6 +90,25 @@ class BalancerSettings:
             raise ValueError("max_moves must be >= 0")
 
 
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """What one plan's descents share: the snapshot and its model (left as they are), the
+    leases placed in this plan, the unmovable peak, and the rebalance's reasons (``spare``
+    leases beyond one per worker, ``triggered`` out of band, ``learning`` for an idle guessed
+    newcomer, only ``once`` a learning lease)."""
+
+    snapshot: FleetSnapshot
+    model: LoadModel
+    throughputs: dict[str, float]
+    settings: BalancerSettings
+    placed: set[str]
+    peak: float
+    spare: bool
+    triggered: bool
+    learning: bool
+    once: bool
+
+
 def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None = None) -> Plan:
     """The plan for one assignment run of the leader (see the module docstring)."""
     settings = settings or BalancerSettings()
@@ -143,8 +162,10 @@ def _rebalance(
     # room on the most loaded workers for an exchange off the peak; beside a fleet within the
     # trigger band one learning lease is all a plan gives (the next lowered no peak).
     once = not out_of_band(model, settings.trigger_percent, settings.noise_floor_percent, peak)
-    args = snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
-    plan = tuple(_plan(*args, peak_percent=settings.target_percent))
+    rnd = _Round(
+        snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
+    )
+    plan = tuple(_plan(rnd, peak_percent=settings.target_percent))
     # Above an unmovable peak (a hot lease alone on its cheapest worker, higher than the level)
     # the other workers have room to spare: the best possible assignment puts none of them
     # above it, and a plan that stops at the target band over it leaves the fleet up to 5 %
@@ -161,23 +182,14 @@ def _rebalance(
         )
         hot = hottest.key, owners.get(hottest.key, hottest.owner), throughputs[hottest.key]
         percent = settings.peak_target_percent
-        polished = _plan(*args, peak_percent=percent, prior=plan, hot=hot)
+        polished = _plan(rnd, peak_percent=percent, prior=plan, hot=hot)
         if len(polished) <= POLISH_FACTOR * len(plan) + 1:
             return polished
     return list(plan)
 
 
 def _plan(
-    snapshot: FleetSnapshot,
-    model: LoadModel,
-    throughputs: dict[str, float],
-    settings: BalancerSettings,
-    placed: set[str],
-    peak: float,
-    spare: bool,
-    triggered: bool,
-    learning: bool,
-    once: bool,
+    rnd: _Round,
     *,
     peak_percent: float,
     prior: tuple[Move, ...] = (),
@@ -187,41 +199,43 @@ def _plan(
     fewest moves (each off the peak, the lease that brings it into band in one move). The
     second is taken when it moves fewer leases and still ends within the target band (over an
     unmovable peak, ``peak_percent`` above it)."""
-    args = snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
-    greedy, _ = _descend(*args, peak_percent=peak_percent, prior=prior, hot=hot)
-    frugal, after = _descend(*args, frugal=True, peak_percent=peak_percent, prior=prior, hot=hot)
-    target = settings.target_percent, settings.noise_floor_percent / 2, peak, peak_percent
+    greedy, _ = _descend(rnd, peak_percent=peak_percent, prior=prior, hot=hot)
+    frugal, after = _descend(rnd, frugal=True, peak_percent=peak_percent, prior=prior, hot=hot)
+    settings = rnd.settings
+    target = settings.target_percent, settings.noise_floor_percent / 2, rnd.peak, peak_percent
     holder = None
     if hot is not None:
         moved = next((m.to_worker for m in frugal if m.lease_key == hot[0]), hot[1])
         holder = lambda: (moved, hot[2])  # noqa: E731
-    if len(frugal) < len(greedy) and not out_of_band(after, *target, holder, spare_leases=spare):
+    if len(frugal) < len(greedy) and not out_of_band(
+        after, *target, holder, spare_leases=rnd.spare
+    ):
         return frugal
     return greedy
 
 
 def _descend(
-    snapshot: FleetSnapshot,
-    start: LoadModel,
-    throughputs: dict[str, float],
-    settings: BalancerSettings,
-    placed: set[str],
-    peak: float,
-    spare: bool,
-    triggered: bool,
-    learning: bool,
-    once: bool,
+    rnd: _Round,
     *,
     frugal: bool = False,
     peak_percent: float,
     prior: tuple[Move, ...] = (),
     hot: tuple[str, str | None, float] | None = None,
 ) -> tuple[list[Move], LoadModel]:
-    """One plan's steps from ``start`` (left as it is) until the fleet is within the target
+    """One plan's steps from ``rnd.model`` (left as it is) until the fleet is within the target
     band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes; when not
     ``triggered`` (only an idle worker priced from a guess), its learning lease alone. The
     moves of a ``prior`` plan are made first (and no learning lease after them). Returns the
     net moves and the model after them."""
+    snapshot, start, throughputs, settings = rnd.snapshot, rnd.model, rnd.throughputs, rnd.settings
+    placed, peak, spare, triggered, learning, once = (
+        rnd.placed,
+        rnd.peak,
+        rnd.spare,
+        rnd.triggered,
+        rnd.learning,
+        rnd.once,
+    )
     model = copy.copy(start)
     model.load = dict(start.load)
     model.assigned_kbps = dict(start.assigned_kbps)
