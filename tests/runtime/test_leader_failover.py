@@ -44,6 +44,17 @@ async def started(taker: str) -> tuple[Fleet, dict[str, Consumer], str]:
     return fleet, workers, leader
 
 
+def short_lock_fleet(lock: float) -> Fleet:
+    """A ``load`` fleet with one leader lock of term ``lock`` (heartbeat every failover / 2)."""
+    return Fleet(
+        one_leader=True,
+        shards=SHARDS,
+        lease_taker="load",
+        leader_lock_duration=lock,
+        leader_heartbeat_interval=FAILOVER / 2,
+    )
+
+
 async def failover_time(taker: str, seed: int) -> float:
     """One fleet, one worker other than the leader killed at a random point of the leader's
     assignment period: the seconds until none of its leases names it."""
@@ -114,13 +125,7 @@ async def test_a_killed_leaders_leases_are_assigned_soon_after_the_lock_changes_
     changed hands, not after a report period of watching and then the failover time."""
     loop = asyncio.get_running_loop()
     lock = 3 * FAILOVER
-    fleet = Fleet(
-        one_leader=True,
-        shards=SHARDS,
-        lease_taker="load",
-        leader_lock_duration=lock,
-        leader_heartbeat_interval=FAILOVER / 2,
-    )
+    fleet = short_lock_fleet(lock)
     workers = await fleet.start_all(NAMES, SHARDS)
     leader = next(n for n in NAMES if workers[n].is_leader)
     killed = loop.time()
@@ -147,13 +152,7 @@ async def test_a_new_leader_gives_no_released_lease_to_a_worker_it_suspects() ->
     third worker releases on a graceful stop go to live workers only (before, all four went
     to the killed leader)."""
     lock = 3 * FAILOVER
-    fleet = Fleet(
-        one_leader=True,
-        shards=SHARDS,
-        lease_taker="load",
-        leader_lock_duration=lock,
-        leader_heartbeat_interval=FAILOVER / 2,
-    )
+    fleet = short_lock_fleet(lock)
     workers = await fleet.start_all(NAMES, SHARDS)
     leader = next(n for n in NAMES if workers[n].is_leader)
     crashed, stopping = [n for n in NAMES if n != leader][:2]
