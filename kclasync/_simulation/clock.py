@@ -50,26 +50,6 @@ _MAX_SELECT_TIMEOUT = 24 * 3600
 _new_handle: Any = object.__new__
 
 
-def _bare_handle(
-    kind: type[asyncio.Handle],
-    callback: Callable[..., object],
-    args: tuple[Any, ...],
-    loop: asyncio.AbstractEventLoop,
-    context: contextvars.Context | None,
-) -> Any:
-    """A handle of ``kind`` with the fields its ``__init__`` sets outside debug mode, without
-    running that ``__init__`` (its ``format_helpers`` and ``copy_context`` call chain)."""
-    h: Any = _new_handle(kind)
-    h._context = contextvars.copy_context() if context is None else context
-    h._loop = loop
-    h._callback = callback
-    h._args = args
-    h._cancelled = False
-    h._repr = None
-    h._source_traceback = None
-    return h
-
-
 class _Timer(asyncio.TimerHandle):
     """An ``asyncio.TimerHandle`` whose ``cancel`` is asyncio's, written in: every
     ``asyncio.sleep`` cancels its timer when it ends, most often one that has fired."""
@@ -126,7 +106,14 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
                 del state._source_traceback[-1]
             loop._ready.append(handle)
             return handle
-        h = _bare_handle(asyncio.Handle, callback, args, self, context)
+        h: Any = _new_handle(asyncio.Handle)
+        h._context = contextvars.copy_context() if context is None else context
+        h._loop = self
+        h._callback = callback
+        h._args = args
+        h._cancelled = False
+        h._repr = None
+        h._source_traceback = None
         loop._ready.append(h)
         return h  # type: ignore[no-any-return]
 
@@ -141,7 +128,23 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         directly: every ``asyncio.sleep`` comes through here."""
         if delay is None:
             raise TypeError("delay must not be None")
-        return self._schedule(self.clock.now + delay, callback, args, context)
+        loop: Any = self  # asyncio's private loop state, as base_events keeps it
+        if loop._debug or loop._closed:
+            return self._schedule(self.clock.now + delay, callback, args, context)
+        # _schedule's steps outside debug mode, written in
+        when = self.clock.now + delay
+        timer: Any = _new_handle(_Timer)
+        timer._context = contextvars.copy_context() if context is None else context
+        timer._loop = self
+        timer._callback = callback
+        timer._args = args
+        timer._cancelled = False
+        timer._repr = None
+        timer._source_traceback = None
+        timer._when = when
+        heapq.heappush(loop._scheduled, (when, timer))
+        timer._scheduled = True
+        return timer  # type: ignore[no-any-return]
 
     def call_at(  # type: ignore[override]
         self,
@@ -181,7 +184,14 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             if timer._source_traceback:
                 del timer._source_traceback[-2:]  # this method and call_at or call_later
         else:
-            timer = _bare_handle(_Timer, callback, args, self, context)
+            timer = _new_handle(_Timer)
+            timer._context = contextvars.copy_context() if context is None else context
+            timer._loop = self
+            timer._callback = callback
+            timer._args = args
+            timer._cancelled = False
+            timer._repr = None
+            timer._source_traceback = None
             timer._when = when
         heapq.heappush(loop._scheduled, (when, timer))
         timer._scheduled = True
