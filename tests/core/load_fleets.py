@@ -15,3 +15,14 @@ def fleet_of(spec: dict[str, tuple[float, list[float]]]) -> FleetSnapshot:
         cpu = sum(rates) * 100 / capacity
         workers.append(WorkerLoad(wid, cpu_percent=cpu, capacity_kbps=capacity))
     return FleetSnapshot(tuple(leases), tuple(workers))
+
+
+#: Tuning medium seed 0's traffic change: w1 carries a 2049 KB/s lease, 68 % of its 3000 KB/s,
+#: which only a 4000 KB/s worker can take within the band (``fleet_of``'s input).
+MEDIUM_0_TRAFFIC: dict[str, tuple[float, list[float]]] = {
+    "w0": (1000.0, [229.0, 64.0, 58.0, 47.0, 26.0, 21.0, 11.0]),
+    "w1": (3000.0, [2049.0, 39.0, 32.0, 24.0, 16.0, 11.0, 10.0, 10.0]),
+    "w2": (4000.0, [380.0, 161.0, 95.0, 41.0, 16.0, 15.0]),
+    "w3": (4000.0, [110.0, 29.0, 21.0, 19.0, 18.0, 13.0]),
+    "w4": (1000.0, [685.0, 121.0, 77.0, 17.0, 13.0]),
+}

@@ -19,7 +19,7 @@ import dataclasses
 from kclasync._core.assignment.assignment_decisions import rebalance_step, throughputs_moving
 from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, Move, WorkerLoad
 from kclasync._core.assignment.load_balancer import plan_load_aware
-from tests.core.load_fleets import fleet_of
+from tests.core.load_fleets import MEDIUM_0_TRAFFIC, fleet_of
 
 
 def test_an_idle_newcomer_beside_a_fleet_in_band_is_given_one_lease_to_learn_from() -> None:
@@ -99,15 +99,7 @@ def test_a_hot_lease_goes_where_one_lease_back_makes_room_for_it() -> None:
     # tenths of a point. Given where the pair levels best (w2), it took three of w2's leases
     # back, one move each; the fewest give it to w3 and take w3's 110 KB/s lease back
     # (tuning medium seed 0's traffic change: six moves where three reach the band).
-    snapshot = fleet_of(
-        {
-            "w0": (1000.0, [229.0, 64.0, 58.0, 47.0, 26.0, 21.0, 11.0]),
-            "w1": (3000.0, [2049.0, 39.0, 32.0, 24.0, 16.0, 11.0, 10.0, 10.0]),
-            "w2": (4000.0, [380.0, 161.0, 95.0, 41.0, 16.0, 15.0]),
-            "w3": (4000.0, [110.0, 29.0, 21.0, 19.0, 18.0, 13.0]),
-            "w4": (1000.0, [685.0, 121.0, 77.0, 17.0, 13.0]),
-        }
-    )
+    snapshot = fleet_of(MEDIUM_0_TRAFFIC)
     moves = plan_load_aware(snapshot).moves
     assert len(moves) == 3, moves
     assert Move("w1-0", "w1", "w3") in moves

@@ -15,7 +15,7 @@ from kclasync._core.assignment.load_assignment import (
     lease_throughputs,
 )
 from kclasync._core.assignment.load_balancer import peak_floor, plan_load_aware
-from tests.core.load_fleets import fleet_of
+from tests.core.load_fleets import MEDIUM_0_TRAFFIC, fleet_of
 
 
 def test_a_hot_lease_alone_above_the_band_is_a_peak_not_a_reason_to_level_the_rest() -> None:
@@ -210,13 +210,5 @@ def test_a_plan_below_an_unmovable_peak_is_taken_only_when_it_costs_few_more_mov
     # taken. Aiming below the peak in every case moved 2-3 more leases in changes the fewest
     # moves settle within 5 % of the optimum (tuning: 62 of 66 changes within 1.5x the fewest
     # + 1, 64 before).
-    snapshot = fleet_of(
-        {
-            "w0": (1000.0, [229.0, 64.0, 58.0, 47.0, 26.0, 21.0, 11.0]),
-            "w1": (3000.0, [2049.0, 39.0, 32.0, 24.0, 16.0, 11.0, 10.0, 10.0]),
-            "w2": (4000.0, [380.0, 161.0, 95.0, 41.0, 16.0, 15.0]),
-            "w3": (4000.0, [110.0, 29.0, 21.0, 19.0, 18.0, 13.0]),
-            "w4": (1000.0, [685.0, 121.0, 77.0, 17.0, 13.0]),
-        }
-    )
+    snapshot = fleet_of(MEDIUM_0_TRAFFIC)
     assert len(plan_load_aware(snapshot).moves) == 3
