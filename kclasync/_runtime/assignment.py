@@ -36,7 +36,7 @@ from kclasync._core.assignment.load_assignment import FleetSnapshot, Plan
 from kclasync._core.assignment.load_balancer import BalancerSettings, plan_load_aware
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.lease import CorruptLeaseError, Lease
-from kclasync._core.workers.report_watch import failover_view
+from kclasync._core.workers.report_watch import failover_view, stalled_workers
 from kclasync._core.workers.worker_metrics import WorkerMetrics, entry_timeout
 from kclasync._runtime.assignment_discovery import AssignmentDiscovery
 from kclasync._runtime.leader import LeaderElector
@@ -98,6 +98,9 @@ class LeaderAssignment:
         #: The workers this leader's report watch suspects now (``LeaderFailover`` sets it;
         #: none without early failover). A periodic run gives them nothing either.
         self.suspects: Callable[[], frozenset[str]] = frozenset
+        #: Java workers found renewing none of their leases, with their entry's ``lut`` then
+        #: (``core.report_watch.stalled_workers``): no targets until they report again.
+        self.stalled: dict[str, int] = {}
 
     # -- the worker metrics ----------------------------------------------------------------
 
@@ -172,8 +175,14 @@ class LeaderAssignment:
         # The suspects are no targets, and their unexpired leases stay out of the plan, in
         # periodic runs as in failover runs: a new leader's registry trackers count every
         # entry live for a worker timeout from their first read, a crashed worker's included.
+        # So are Java workers that renew none of their leases (the report watch does not
+        # follow their entries, which the registry counts live for 60 s).
         if not failover:
             suspects = self.suspects()
+        self.stalled = stalled_workers(
+            self.stalled, scan.leases, metrics.values(), self.expiry, now
+        )
+        suspects = suspects | frozenset(self.stalled)
         planned: Sequence[Lease]
         planned, targets = failover_view(scan.leases, live, suspects, self.expiry, now)
         live = set(targets)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from kclasync._core.leases.expiry import ExpiryTracker
 from kclasync._core.leases.lease import Lease
+from kclasync._core.leases.position import Checkpoint, Sentinel
 from kclasync._core.workers import worker_metrics as wm
 from kclasync._core.workers.report_watch import (
     LUT_RESOLUTION,
     ReportView,
     failover_view,
     lut_period,
+    stalled_workers,
     suspect_after,
     suspect_previous_leader,
     watch_interval,
@@ -175,3 +177,35 @@ def test_a_new_leader_suspects_the_previous_lock_owner_at_its_first_read() -> No
     # Alive after all (it gave the lock up): its next report ends the suspicion.
     later = watch_reports(change.view, [entry("old", 9)], "me", 1.0, report_period=R)
     assert not later.view.is_suspect("old")
+
+
+def test_a_java_worker_that_renews_none_of_its_leases_is_stalled_until_it_reports() -> None:
+    tracker = ExpiryTracker(F)
+    done = Lease(key="end", owner="j2", counter=1, checkpoint=Checkpoint.of(Sentinel.SHARD_END))
+    first = [
+        lease("s1", "j1", 1),
+        lease("s2", "j1", 1),
+        lease("s3", "j2", 1),
+        done,
+        lease("s4", "py", 1),
+    ]
+    tracker.observe(first, 0.0)
+    entries = [entry("j1", 100, impl=None), entry("j2", 100, impl=None), entry("py", 100)]
+    # Nothing judged before a failover time of watching.
+    assert stalled_workers({}, first, entries, tracker, 5.0) == {}
+    # j1 renews none; j2 renews s3 (its finished lease stands still: that says nothing); the
+    # kclasync worker "py" renews none, but the report watch is what follows it.
+    later = [lease("s1", "j1", 1), lease("s2", "j1", 1), lease("s3", "j2", 2), done, first[4]]
+    tracker.observe(later, 12.0)
+    stalled = stalled_workers({}, later, entries, tracker, 12.0)
+    assert stalled == {"j1": 100}
+    # Its leases gone to others, it stays stalled while its entry stands still ...
+    moved = [lease("s1", "py", 2), lease("s2", "py", 2), lease("s3", "j2", 3), done]
+    tracker.observe(moved, 13.0)
+    assert stalled_workers(stalled, moved, entries, tracker, 13.0) == {"j1": 100}
+    # ... and not once it reports again, nor once its entry is gone.
+    reported = [entry("j1", 130, impl=None), *entries[1:]]
+    assert stalled_workers(stalled, moved, reported, tracker, 14.0) == {}
+    assert stalled_workers(stalled, moved, entries[1:], tracker, 14.0) == {}
+    # A worker holding only finished leases is not stalled.
+    assert stalled_workers({}, [done], entries, tracker, 30.0) == {}

@@ -4,6 +4,7 @@ through the owner index, graceful moves, and giving the lock up after failed run
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 
 import attrs
@@ -20,8 +21,9 @@ from kclasync._runtime.assignment_discovery import AssignmentDiscovery
 from kclasync._runtime.lease_coordinator import HeldLease, HeldState, LeaseCoordinator
 from kclasync._runtime.metrics import ConsumerMetrics
 from kclasync._runtime.wiring import lease_coordinator
+from kclasync._simulation.clock import run_virtual
 from kclasync.errors import AdapterError
-from tests.runtime.virtual import in_virtual_time
+from tests.runtime.virtual import WALL_LIMIT, in_virtual_time
 
 
 class Events:
@@ -289,3 +291,50 @@ async def test_a_leader_counts_a_java_worker_live_between_its_30_s_reports() -> 
     assert "java-1" in live and "py-dead" not in live
     live, _ = await leader.live_workers(scan, 70.0)
     assert "java-1" not in live
+
+
+@pytest.mark.parametrize("policy", [LeaseTakerKind.LOAD, LeaseTakerKind.KCL3])
+def test_a_java_worker_renewing_none_of_its_leases_gets_nothing_until_it_reports(
+    policy: LeaseTakerKind,
+) -> None:
+    run_virtual(functools.partial(_java_worker_stalls, policy), wall_limit=WALL_LIMIT)
+
+
+async def _java_worker_stalls(policy: LeaseTakerKind) -> None:
+    from kclasync._core.workers.worker_metrics import WorkerMetrics
+
+    table = MemoryLeaseTable()
+    a = coordinator("a", table)
+    await a.presence.report()
+    registry = a.presence.registry
+    await registry.report(WorkerMetrics(worker_id="java-1", last_update=1000))
+    for i in range(4):
+        table.leases[f"s{i}"] = Lease(key=f"s{i}", owner="a", counter=1)
+    for key in ("j0", "j1"):
+        table.leases[key] = Lease(key=key, owner="java-1", counter=1)
+    leader = leader_of(a, policy, Elector())
+    await leader.run_once()
+    assert leader.stalled == {}
+    # Past the failover time "a" renewed its leases, java-1 none (it died) and its entry stood
+    # still: within the registry's 60 s it still counts live, and holds the fewest leases.
+    await asyncio.sleep(11.0)
+    for i in range(4):
+        table.leases[f"s{i}"] = attrs.evolve(table.leases[f"s{i}"], counter=2)
+    await a.presence.report()
+    live, _ = await leader.live_workers(await a.store.list_leases(), 11.0)
+    assert "java-1" in live
+    plan = await leader.run_once()
+    assert {x.lease_key for x in plan.assignments} >= {"j0", "j1"}
+    assert table.leases["j0"].owner == "a" and table.leases["j1"].owner == "a"
+    assert leader.stalled == {"java-1": 1000}
+    assert "java-1" not in a.taking.live_workers
+    # Holding nothing now, it stays no target while its entry stands still ...
+    table.leases["n0"] = Lease(key="n0")
+    await asyncio.sleep(1.0)
+    await leader.run_once()
+    assert table.leases["n0"].owner == "a" and leader.stalled == {"java-1": 1000}
+    # ... and is one again once it reports.
+    await registry.report(WorkerMetrics(worker_id="java-1", last_update=1030))
+    await asyncio.sleep(1.0)
+    await leader.run_once()
+    assert leader.stalled == {} and "java-1" in a.taking.live_workers

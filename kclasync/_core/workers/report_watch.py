@@ -14,7 +14,7 @@ worker whose registry writes fail but whose renewals succeed keeps its leases.
 Owns: the view of reports (``ReportView``, ``watch_reports``), when a standing report makes its
 worker a suspect (``suspect_after``; the lock's previous owner at once:
 ``suspect_previous_leader``), how often the leader reads (``watch_interval``) and what a
-assignment run plans with (``failover_view``).
+assignment run plans with (``failover_view``, ``stalled_workers``).
 Must not: judge lease expiry (``core.expiry``), plan (``core.assignment``), read a clock or do
 I/O.
 """
@@ -166,3 +166,32 @@ def failover_view(
         lease for lease in leases if lease.owner not in gone or expiry.is_expired(lease, now)
     ]
     return planned, (frozenset(live) | renewing) - gone
+
+
+def stalled_workers(
+    previous: Mapping[str, int],
+    leases: Iterable[Lease],
+    entries: Iterable[WorkerMetrics],
+    expiry: ExpiryTracker,
+    now: float,
+) -> dict[str, int]:
+    """The workers of another implementation (a Java KCL worker) that are no targets for now,
+    each with the ``lut`` its entry had when it was found stalled.
+
+    The report watch does not follow a Java worker's entry (it reports every 30 s), so the
+    registry alone counts a dead Java worker live for two of its report periods (60 s) after
+    the leader last saw its ``lut`` change; in that time a plan could give its expired leases
+    back to it, where they would stall another failover time each run. Its leases tell
+    sooner: a worker that holds unfinished leases and renews none of them (every one expired
+    on the leader's clock) is stalled. It stays so, holding leases or not, until its entry's
+    ``lut`` changes (a report after the stall: it lives), or the entry disappears. kclasync
+    entries are left to the report watch; an owner without an entry is no target anyway."""
+    others = {e.worker_id: e.last_update for e in entries if e.implementation != KCLASYNC}
+    held: dict[str, bool] = {}
+    for lease in leases:
+        if lease.owner in others and not lease.is_finished:
+            renewed = not expiry.is_expired(lease, now)
+            held[lease.owner] = held.get(lease.owner, False) or renewed
+    stalled = {w: lut for w, lut in previous.items() if others.get(w) == lut}
+    stalled.update({w: others[w] for w, renewing in held.items() if not renewing})
+    return stalled
