@@ -1,6 +1,6 @@
-"""Cause 18: a plan that gives the hot lease to a newcomer priced from a guess is judged, from
-there on, against what the lease costs where it now is, not against the pessimistic unmovable
-peak that kept the guess from lowering it.
+"""Cause 18 (traced, not fixed): a plan that gives the hot lease to a newcomer priced from a
+guess is still judged against the pessimistic unmovable peak that priced that newcomer 1.5x
+smaller, not against what the lease costs where it now is.
 
 Held-out-4 small seed 403's join: a 1400 and a 2000 KB/s worker, 526 KB/s on the 2000 one,
 and a newcomer of 3000 KB/s (5 CPUs, no capacity yet). ``peak_floor`` prices the newcomer 1.5x
@@ -11,6 +11,8 @@ Once the newcomer's estimate came in, the peak was 0.09 points inside the trigge
 fleet stayed there for eight runs."""
 
 from __future__ import annotations
+
+import pytest
 
 from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, Plan, WorkerLoad
 from kclasync._core.assignment.load_balancer import plan_load_aware
@@ -44,6 +46,12 @@ def _max_over_level(snapshot: FleetSnapshot, plan: Plan) -> float:
     return max(util.values()) / (level / sum(_TRUE.values()))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="cause 18 is traced, not fixed: the fix measured (carrying on against the hot "
+    "lease's price on the guessed worker) settled this join in 1 run but left two sets' "
+    "mean x of optimum higher and one change more above the moves goal (docs/assignment.md)",
+)
 def test_a_hot_lease_given_to_a_guessed_newcomer_no_longer_sets_the_band() -> None:
     snapshot = _join()
     plan = plan_load_aware(snapshot)

@@ -31,7 +31,7 @@ Must not: read clocks, tables or metrics, or use randomness; ties are broken by 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
     FleetSnapshot,
@@ -175,43 +175,17 @@ def _rebalance(
     # Every worker but the one holding the hottest lease: on it, estimates a percent off would
     # otherwise move the hot lease between workers of the same size.
     tight = (1 + settings.peak_target_percent / 100) / (1 + settings.target_percent / 100)
-    hottest = max(
-        (lease for lease in snapshot.leases if not lease.expired or lease.key in owners),
-        key=lambda lease: (throughputs[lease.key], lease.key),
-        default=None,
-    )
-    if not triggered or hottest is None:
-        return list(plan)
-    hot = hottest.key, owners.get(hottest.key, hottest.owner), throughputs[hottest.key]
-    if peak * tight > model.level():
+    if triggered and peak * tight > model.level():
+        hottest = max(
+            (lease for lease in snapshot.leases if not lease.expired or lease.key in owners),
+            key=lambda lease: (throughputs[lease.key], lease.key),
+        )
+        hot = hottest.key, owners.get(hottest.key, hottest.owner), throughputs[hottest.key]
         percent = settings.peak_target_percent
         polished = _plan(rnd, peak_percent=percent, prior=plan, hot=hot)
         if len(polished) <= POLISH_FACTOR * len(plan) + 1:
-            plan = tuple(polished)
-    return _past_a_guess(rnd, plan, hot)
-
-
-def _past_a_guess(
-    rnd: _Round, plan: tuple[Move, ...], hot: tuple[str, str | None, float]
-) -> list[Move]:
-    """A plan that gave the hottest lease to a worker priced from a guess carries on against
-    what the lease costs there. The unmovable peak prices such a worker ``GUESS_ERROR`` times
-    smaller (cause 15); once the plan has put the lease there on the guess's price, that
-    pessimistic peak is no longer what the fleet is sized for, and a band over it left other
-    workers above the level's (held-out-4 small seed 403's join: 1.11x the optimum, and inside
-    the trigger band once the newcomer's estimate came in)."""
-    key, owner, _ = hot
-    holder = next((m.to_worker for m in plan if m.lease_key == key), owner)
-    if holder == owner or holder not in rnd.model.guessed:
-        return list(plan)
-    peak = peak_floor(rnd.model, rnd.snapshot, rnd.throughputs, holder=holder)
-    if peak >= rnd.peak:
-        return list(plan)
-    more = _plan(replace(rnd, peak=peak), peak_percent=rnd.settings.target_percent, prior=plan)
-    # The carrying on is priced on the guess too: taken when it costs few more moves, as below
-    # an unmovable peak (held-out-3 small seed 300's join: three more leases, 1.5x off a
-    # 4000 KB/s newcomer's guess of 3366, where the plan before moved none; the next run two more).
-    return more if len(more) <= POLISH_FACTOR * len(plan) + 1 else list(plan)
+            return polished
+    return list(plan)
 
 
 def _plan(

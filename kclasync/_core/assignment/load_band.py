@@ -20,19 +20,12 @@ __all__ = ["GUESS_ERROR", "band_ceiling", "out_of_band", "peak_floor"]
 GUESS_ERROR = 1.5
 
 
-def peak_floor(
-    model: LoadModel,
-    snapshot: FleetSnapshot,
-    throughputs: dict[str, float],
-    *,
-    holder: str | None = None,
-) -> float:
+def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str, float]) -> float:
     """A load no plan can bring the most loaded worker below: the hottest lease alone on the
     worker where it costs least (a price from a guess counted pessimistically), and what is
     pinned (sticky leases, leases in handoff) on each worker. Above the fleet's level, the
     balance is judged against it: moves that level the other workers below an unmovable peak
-    do not lower the peak. With ``holder``, the hottest lease is where a plan put it, priced
-    there as the model prices it (no guess's error: the plan already relies on that price)."""
+    do not lower the peak."""
     live = model.workers
     hottest = max(
         (throughputs[lease.key] for lease in snapshot.leases if not lease.expired),
@@ -45,8 +38,6 @@ def peak_floor(
     # and the plan shuffled the leases behind it). A newcomer that much larger still counts.
     prices = [r * GUESS_ERROR if wid in model.guessed else r for wid, r in model.rate.items()]
     cheapest = min((r for r in prices if r > 0), default=0.0)
-    if holder is not None:
-        cheapest = model.rate[holder]
     pinned = dict.fromkeys(live, 0.0)
     for lease in snapshot.leases:
         if lease.owner in pinned and not lease.expired and (lease.sticky or lease.in_handoff):
