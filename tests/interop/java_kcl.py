@@ -3,13 +3,16 @@
 local emulators.
 
 Owns: writing the daemon's properties (endpoints, dummy credentials, shortened timings), starting
-and stopping one JVM, reading its log, and reading what the Python record processor
-(``kcl_processor.py``) wrote. Nothing here decides whether a scenario passed.
+and stopping one JVM, the class data sharing archive its starts map, reading its log, and reading
+what the Python record processor (``kcl_processor.py``) wrote. Nothing here decides whether a
+scenario passed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import os
 import pathlib
 import re
@@ -17,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -25,6 +29,7 @@ import attrs
 
 from kclasync.testing.emulators import REGION, LocalAws
 from tests.interop.fleet import ASSIGNMENT_INTERVAL, Delivery, read_deliveries, stop_process_group
+from tests.support import aws_for
 
 HERE = pathlib.Path(__file__).resolve().parent
 PROCESSOR = HERE / "kcl_processor.py"
@@ -67,6 +72,9 @@ FAST_PROPERTIES: Mapping[str, str] = {
 #: few hundred records per second need no optimising compiler.
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
+#: The log line after which a daemon has loaded the classes of its start-up.
+INITIALIZED = "Initialization complete. Starting worker loop."
+
 
 def kcl_jars() -> pathlib.Path | None:
     """The directory holding the KCL jars of the installed ``kclpy-ext``, or None."""
@@ -107,6 +115,7 @@ class JavaKcl:
         worker_id: str,
         workdir: pathlib.Path,
         properties: Mapping[str, str] | None = None,
+        jvm_options: tuple[str, ...] = (),
     ) -> None:
         jars = kcl_jars()
         java = java_executable()
@@ -114,6 +123,7 @@ class JavaKcl:
             raise FileNotFoundError("the Java KCL needs `java` and the kclpy-ext wheel")
         self.jars = jars
         self.java = java
+        self.jvm_options = jvm_options
         self.local = local
         self.worker_id = worker_id
         self.workdir = workdir
@@ -141,6 +151,7 @@ class JavaKcl:
         return [
             self.java,
             *JVM_OPTIONS,
+            *self.jvm_options,
             "-cp",
             f"{self.jars}/*",
             MAIN_CLASS,
@@ -222,3 +233,61 @@ class JavaKcl:
     def deliveries(self) -> list[Delivery]:
         """Every record the Java side handed to the processor (``kcl_processor.py``)."""
         return read_deliveries(self.out_file, self.worker_id)
+
+
+def class_archive_name() -> str:
+    """A file name for the class data sharing archive of this JDK, these jars and these JVM
+    options (an archive made for others is not used: the JVM checks it and starts without)."""
+    jars, java = kcl_jars(), java_executable()
+    assert jars is not None and java is not None
+    home = pathlib.Path(java).resolve().parent.parent
+    parts = [str(home), *JVM_OPTIONS]
+    for path in (home / "lib" / "modules", *sorted(jars.glob("*.jar"))):
+        if path.exists():
+            parts.append(f"{path.name} {path.stat().st_size} {path.stat().st_mtime_ns}")
+    return "kcl-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16] + ".jsa"
+
+
+def make_class_archive(local: LocalAws, workdir: pathlib.Path, target: pathlib.Path) -> bool:
+    """Class data sharing for the daemons: one daemon runs until its scheduler has started (on a
+    lease table with leases: no random wait) and is stopped gracefully; the JVM writes the
+    classes it loaded (``-XX:ArchiveClassesAtExit``) and later daemons map them
+    (``-XX:SharedArchiveFile``) instead of loading them from the jars. Measured on a quiet
+    machine: 8.1 -> 7.2 s from a daemon's start to its first record, 3.3 -> 2.3 s of CPU; the
+    archive run costs about 6 s. Runs in a thread of its own (its own event loop); False if no
+    archive came out."""
+    partial = target.with_suffix(".partial")
+    name = f"cds-{time.time_ns() % 10**10}"
+
+    async def run() -> None:
+        async with aws_for(local, name) as aws:
+            await aws.create_stream(1)
+            await aws.create_leases()
+            daemon = JavaKcl(
+                local,
+                stream=name,
+                application=name,
+                worker_id=name,
+                workdir=workdir,
+                jvm_options=(f"-XX:ArchiveClassesAtExit={partial}",),
+            )
+            daemon.start()
+            try:
+                deadline = time.monotonic() + 60
+                while INITIALIZED not in daemon.log() and time.monotonic() < deadline:
+                    assert daemon.running, daemon.log()[-3000:]
+                    await asyncio.sleep(0.1)
+            finally:
+                daemon.stop()
+
+    def in_thread() -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run(run())
+
+    thread = threading.Thread(target=in_thread, name="kcl-class-archive")
+    thread.start()
+    thread.join()
+    if partial.exists() and partial.stat().st_size > 0:
+        partial.replace(target)
+        return True
+    return False
