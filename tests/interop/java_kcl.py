@@ -28,7 +28,12 @@ from collections.abc import Iterator, Mapping
 import attrs
 
 from kclasync.testing.emulators import REGION, LocalAws
-from tests.interop.fleet import ASSIGNMENT_INTERVAL, Delivery, read_deliveries, stop_process_group
+from tests.interop.fleet import (
+    JAVA_ASSIGNMENT_INTERVAL,
+    Delivery,
+    read_deliveries,
+    stop_process_group,
+)
 from tests.support import aws_for
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -44,7 +49,7 @@ PARSE_FAILURES = (
 )
 
 #: Timings shortened so that a scenario runs in tens of seconds. A leader's lease assignment
-#: runs every leaseAssignmentIntervalMillis (``fleet.ASSIGNMENT_INTERVAL``; by default 2 x
+#: runs every leaseAssignmentIntervalMillis (``fleet.JAVA_ASSIGNMENT_INTERVAL``; by default 2 x
 #: failoverTimeMillis, which would be 6 s: its first run on a new worker finds no worker
 #: metrics yet, so a worker alone reads a whole interval later); worker metrics are reported
 #: every workerMetricsReporterFreqInMillis.
@@ -55,7 +60,7 @@ FAST_PROPERTIES: Mapping[str, str] = {
     "metricsLevel": "NONE",
     "retrievalMode": "POLLING",
     "failoverTimeMillis": "3000",
-    "leaseAssignmentIntervalMillis": str(round(ASSIGNMENT_INTERVAL * 1000)),
+    "leaseAssignmentIntervalMillis": str(round(JAVA_ASSIGNMENT_INTERVAL * 1000)),
     "shardSyncIntervalMillis": "5000",
     "idleTimeBetweenReadsInMillis": "200",
     "parentShardPollIntervalMillis": "1000",
@@ -199,6 +204,12 @@ class JavaKcl:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(grace)
         return stop_process_group(proc, kill=kill, grace=grace)
+
+    def begin_stop(self) -> None:
+        """SIGTERM to the JVM alone (its graceful shutdown begins), without waiting for its
+        exit; ``stop()`` afterwards waits or kills."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
 
     @contextlib.contextmanager
     def run(self) -> Iterator[JavaKcl]:

@@ -73,9 +73,10 @@ pytestmark = [
 
 log = logging.getLogger(__name__)
 
-#: Each mixed-fleet window: eight assignment runs of the leader (both sides assign every
-#: ``fleet.ASSIGNMENT_INTERVAL``) with records flowing, and five failover times (a follower
-#: taking leases itself would do so at its first taking round, every ``FAILOVER``).
+#: Each mixed-fleet window: eight assignment runs of a kclasync leader (every
+#: ``fleet.ASSIGNMENT_INTERVAL``; a Java leader runs twice as often) with records flowing, and
+#: five failover times (a follower taking leases itself would do so at its first taking round,
+#: every ``FAILOVER``).
 MIXED_SECONDS = 8 * ASSIGNMENT_INTERVAL
 #: failoverTimeMillis / failover_time on both sides; a lease moved abruptly may be read by
 #: both implementations for about this long (plus a batch).
