@@ -35,6 +35,12 @@ async def test_java_killed_then_kclasync_loses_nothing(
     async with aws_for(kinesis, unique_name) as aws:
         await aws.create_stream(4)
         produced = await produce(aws, 0, 1000)
+        # Java starts on leases: on an empty lease table a KCL 3.x worker first waits a random
+        # 1-30 s (it polls every 3 s for another worker to fill the table), on a table with
+        # leases it starts at once. What is checked here is what kclasync does with the leases
+        # Java owned and checkpointed; leases the Java KCL created itself are read by kclasync
+        # in ``test_java_reshard_to_kclasync`` (the split children).
+        assert await aws.create_leases() == 4
         locks = DynamoCoordinatorState(aws.dynamodb, coordinator_table_name(unique_name))
         java = java_kcl(stream=unique_name, application=unique_name, worker_id="java-1")
         java.start()
