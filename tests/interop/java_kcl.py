@@ -79,6 +79,10 @@ JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 #: The log line after which a daemon has loaded the classes of its start-up.
 INITIALIZED = "Initialization complete. Starting worker loop."
+#: The log line after which a gracefully stopping daemon has had its processors' answers to
+#: ``shutdownRequested`` (their checkpoints), released the leader lock and stopped renewing
+#: leases; what follows is waiting for the processors' final shutdown until the failover time.
+STOPPED_TRACKING = "has successfully stopped lease-tracking threads"
 
 
 def kcl_jars() -> pathlib.Path | None:
