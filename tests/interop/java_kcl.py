@@ -3,13 +3,16 @@
 local emulators.
 
 Owns: writing the daemon's properties (endpoints, dummy credentials, shortened timings), starting
-and stopping one JVM, reading its log, and reading what the Python record processor
-(``kcl_processor.py``) wrote. Nothing here decides whether a scenario passed.
+and stopping one JVM, the class data sharing archive its starts map, reading its log, and reading
+what the Python record processor (``kcl_processor.py``) wrote. Nothing here decides whether a
+scenario passed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import os
 import pathlib
 import re
@@ -17,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -24,7 +28,13 @@ from collections.abc import Iterator, Mapping
 import attrs
 
 from kclasync.testing.emulators import REGION, LocalAws
-from tests.interop.fleet import ASSIGNMENT_INTERVAL, Delivery, read_deliveries, stop_process_group
+from tests.interop.fleet import (
+    JAVA_ASSIGNMENT_INTERVAL,
+    Delivery,
+    read_deliveries,
+    stop_process_group,
+)
+from tests.support import aws_for
 
 HERE = pathlib.Path(__file__).resolve().parent
 PROCESSOR = HERE / "kcl_processor.py"
@@ -39,7 +49,7 @@ PARSE_FAILURES = (
 )
 
 #: Timings shortened so that a scenario runs in tens of seconds. A leader's lease assignment
-#: runs every leaseAssignmentIntervalMillis (``fleet.ASSIGNMENT_INTERVAL``; by default 2 x
+#: runs every leaseAssignmentIntervalMillis (``fleet.JAVA_ASSIGNMENT_INTERVAL``; by default 2 x
 #: failoverTimeMillis, which would be 6 s: its first run on a new worker finds no worker
 #: metrics yet, so a worker alone reads a whole interval later); worker metrics are reported
 #: every workerMetricsReporterFreqInMillis.
@@ -50,7 +60,7 @@ FAST_PROPERTIES: Mapping[str, str] = {
     "metricsLevel": "NONE",
     "retrievalMode": "POLLING",
     "failoverTimeMillis": "3000",
-    "leaseAssignmentIntervalMillis": str(round(ASSIGNMENT_INTERVAL * 1000)),
+    "leaseAssignmentIntervalMillis": str(round(JAVA_ASSIGNMENT_INTERVAL * 1000)),
     "shardSyncIntervalMillis": "5000",
     "idleTimeBetweenReadsInMillis": "200",
     "parentShardPollIntervalMillis": "1000",
@@ -66,6 +76,13 @@ FAST_PROPERTIES: Mapping[str, str] = {
 #: costs less CPU, which matters on a two-core machine running other tests beside it; a test's
 #: few hundred records per second need no optimising compiler.
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+#: The log line after which a daemon has loaded the classes of its start-up.
+INITIALIZED = "Initialization complete. Starting worker loop."
+#: The log line after which a gracefully stopping daemon has had its processors' answers to
+#: ``shutdownRequested`` (their checkpoints), released the leader lock and stopped renewing
+#: leases; what follows is waiting for the processors' final shutdown until the failover time.
+STOPPED_TRACKING = "has successfully stopped lease-tracking threads"
 
 
 def kcl_jars() -> pathlib.Path | None:
@@ -107,6 +124,7 @@ class JavaKcl:
         worker_id: str,
         workdir: pathlib.Path,
         properties: Mapping[str, str] | None = None,
+        jvm_options: tuple[str, ...] = (),
     ) -> None:
         jars = kcl_jars()
         java = java_executable()
@@ -114,6 +132,7 @@ class JavaKcl:
             raise FileNotFoundError("the Java KCL needs `java` and the kclpy-ext wheel")
         self.jars = jars
         self.java = java
+        self.jvm_options = jvm_options
         self.local = local
         self.worker_id = worker_id
         self.workdir = workdir
@@ -141,6 +160,7 @@ class JavaKcl:
         return [
             self.java,
             *JVM_OPTIONS,
+            *self.jvm_options,
             "-cp",
             f"{self.jars}/*",
             MAIN_CLASS,
@@ -189,6 +209,12 @@ class JavaKcl:
                 proc.wait(grace)
         return stop_process_group(proc, kill=kill, grace=grace)
 
+    def begin_stop(self) -> None:
+        """SIGTERM to the JVM alone (its graceful shutdown begins), without waiting for its
+        exit; ``stop()`` afterwards waits or kills."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+
     @contextlib.contextmanager
     def run(self) -> Iterator[JavaKcl]:
         self.start()
@@ -222,3 +248,61 @@ class JavaKcl:
     def deliveries(self) -> list[Delivery]:
         """Every record the Java side handed to the processor (``kcl_processor.py``)."""
         return read_deliveries(self.out_file, self.worker_id)
+
+
+def class_archive_name() -> str:
+    """A file name for the class data sharing archive of this JDK, these jars and these JVM
+    options (an archive made for others is not used: the JVM checks it and starts without)."""
+    jars, java = kcl_jars(), java_executable()
+    assert jars is not None and java is not None
+    home = pathlib.Path(java).resolve().parent.parent
+    parts = [str(home), *JVM_OPTIONS]
+    for path in (home / "lib" / "modules", *sorted(jars.glob("*.jar"))):
+        if path.exists():
+            parts.append(f"{path.name} {path.stat().st_size} {path.stat().st_mtime_ns}")
+    return "kcl-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16] + ".jsa"
+
+
+def make_class_archive(local: LocalAws, workdir: pathlib.Path, target: pathlib.Path) -> bool:
+    """Class data sharing for the daemons: one daemon runs until its scheduler has started (on a
+    lease table with leases: no random wait) and is stopped gracefully; the JVM writes the
+    classes it loaded (``-XX:ArchiveClassesAtExit``) and later daemons map them
+    (``-XX:SharedArchiveFile``) instead of loading them from the jars. Measured on a quiet
+    machine: 8.1 -> 7.2 s from a daemon's start to its first record, 3.3 -> 2.3 s of CPU; the
+    archive run costs about 6 s. Runs in a thread of its own (its own event loop); False if no
+    archive came out."""
+    partial = target.with_suffix(".partial")
+    name = f"cds-{time.time_ns() % 10**10}"
+
+    async def run() -> None:
+        async with aws_for(local, name) as aws:
+            await aws.create_stream(1)
+            await aws.create_leases()
+            daemon = JavaKcl(
+                local,
+                stream=name,
+                application=name,
+                worker_id=name,
+                workdir=workdir,
+                jvm_options=(f"-XX:ArchiveClassesAtExit={partial}",),
+            )
+            daemon.start()
+            try:
+                deadline = time.monotonic() + 60
+                while INITIALIZED not in daemon.log() and time.monotonic() < deadline:
+                    assert daemon.running, daemon.log()[-3000:]
+                    await asyncio.sleep(0.1)
+            finally:
+                daemon.stop()
+
+    def in_thread() -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run(run())
+
+    thread = threading.Thread(target=in_thread, name="kcl-class-archive")
+    thread.start()
+    thread.join()
+    if partial.exists() and partial.stat().st_size > 0:
+        partial.replace(target)
+        return True
+    return False

@@ -19,11 +19,13 @@ Records carry (key, counter): lost and reprocessed records are counted exactly. 
 must be a record processed after the checkpoint its shard had when its worker was killed; the
 lease table must hold only leases at every sample; the Java log must show no parse failure.
 
-About 3 minutes with one JVM at a time: story 1 up to its Java leader's kill, then story 2
-(the Java lock's fixed 120 s of story 1 runs inside it). Two waits are the Java KCL's own: a
-worker that is not the leader looks at the lock only every 30 s (its fixed heartbeat), so Java
-takes an expired kclasync lock 30-60 s after its holder died. It runs with the rest of the
-interop suite.
+About 170 s with one JVM at a time, and not much less: two waits are the Java KCL's own. A
+worker that is not the leader looks at the lock only every 30 s (its fixed heartbeat) and takes
+an expired lock at the first look that finds it unchanged since the previous one, so story 1's
+Java worker leads about 31 s after its start (its first look is at its start-up) and story 2's
+30-60 s after the kclasync leader died; the Java lock's fixed 120 s then run from story 1's
+Java take (its last heartbeat) plus the few seconds until py-c first looks at it. Story 2 runs
+inside that wait. It runs with the rest of the interop suite.
 """
 
 from __future__ import annotations
@@ -73,9 +75,10 @@ pytestmark = [
 
 log = logging.getLogger(__name__)
 
-#: Each mixed-fleet window: eight assignment runs of the leader (both sides assign every
-#: ``fleet.ASSIGNMENT_INTERVAL``) with records flowing, and five failover times (a follower
-#: taking leases itself would do so at its first taking round, every ``FAILOVER``).
+#: Each mixed-fleet window: eight assignment runs of a kclasync leader (every
+#: ``fleet.ASSIGNMENT_INTERVAL``; a Java leader runs twice as often) with records flowing, and
+#: five failover times (a follower taking leases itself would do so at its first taking round,
+#: every ``FAILOVER``).
 MIXED_SECONDS = 8 * ASSIGNMENT_INTERVAL
 #: failoverTimeMillis / failover_time on both sides; a lease moved abruptly may be read by
 #: both implementations for about this long (plus a batch).
