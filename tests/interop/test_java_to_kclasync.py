@@ -36,16 +36,29 @@ async def test_java_killed_then_kclasync_loses_nothing(
     async with aws_for(kinesis, unique_name) as aws:
         await aws.create_stream(4)
         produced = await produce(aws, 0, 1000)
-        # Java starts on leases: on an empty lease table a KCL 3.x worker first waits a random
-        # 1-30 s (it polls every 3 s for another worker to fill the table), on a table with
-        # leases it starts at once. What is checked here is what kclasync does with the leases
-        # Java owned and checkpointed; leases the Java KCL created itself are read by kclasync
-        # in ``test_java_reshard_to_kclasync`` (the split children).
-        assert await aws.create_leases() == 4
         locks = DynamoCoordinatorState(aws.dynamodb, coordinator_table_name(unique_name))
         java = java_kcl(stream=unique_name, application=unique_name, worker_id="java-1")
         java.start()
         started = time.monotonic()
+
+        # Java creates its tables on an empty application (the lease table with its schema and
+        # owner index: what kclasync then adopts). On an empty lease table a KCL 3.x worker
+        # waits a random 1-30 s, looking every 3 s for another worker to fill it; the leases
+        # are written into Java's table as a kclasync worker's shard sync writes them, and Java
+        # starts at its next look. Leases the Java KCL creates itself are read by kclasync in
+        # ``test_java_reshard_to_kclasync`` (the split children).
+        async def java_table() -> bool:
+            assert java.running, "the Java daemon exited:\n" + java.log()[-3000:]
+            try:
+                table = await aws.dynamodb.describe_table(TableName=unique_name)
+            except aws.dynamodb.exceptions.ResourceNotFoundException:
+                return False
+            return bool(table["Table"]["TableStatus"] == "ACTIVE")
+
+        await wait_until(java_table, 60, "Java to create its lease table")
+        # Java may have written some of them itself meanwhile (it ended its wait first).
+        timings["leases written here"] = await aws.create_leases()
+        assert len((await aws.store.list_leases()).leases) == 4
 
         async def java_done() -> bool:
             assert java.running, "the Java daemon exited:\n" + java.log()[-3000:]
