@@ -35,6 +35,7 @@ JVM_FREE_MODULES = frozenset(
         "arrow_rows",
         "batch_calls",
         "driver_open",
+        "early_iterators",
         "fanout_pages",
         "fetch",
         "first_planning",
