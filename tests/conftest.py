@@ -37,6 +37,7 @@ JVM_FREE_MODULES = frozenset(
         "driver_open",
         "early_iterators",
         "fanout_pages",
+        "fanout_tasks",
         "fetch",
         "first_planning",
         "group_handover",
