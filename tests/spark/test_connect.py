@@ -1,9 +1,9 @@
-"""The source and the sink from a Spark Connect client: each client runs in a process of its
+"""The source and the sink from a Spark Connect client: the client runs in a process of its
 own, against a Connect server the test starts on the session's Spark (the service the
 ``remote("local[2]")`` mode starts, without a Spark of its own per client), the data source
-registered through the client. Across a split and a restart of the query (a second client
-process, a new session, the same checkpoint) every record arrives exactly once, children after
-their parent; the sink puts every row."""
+registered through the client. Across a split and a restart of the query (a new session of the
+client, the same checkpoint) every record arrives exactly once, children after their parent;
+the sink puts every row."""
 
 from __future__ import annotations
 
@@ -43,25 +43,55 @@ def connect_server(spark: Any) -> Iterator[str]:
         service.stop(getattr(service, "stop$default$1")(), getattr(service, "stop$default$2")())
 
 
-def run_client(args: list[str], tmp: pathlib.Path, remote: str) -> str:
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "KCLASYNC_CONNECT_REMOTE": remote,
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.spark.connect_driver", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    with open(tmp / "client.log", "a", encoding="utf-8") as log:
-        log.write(proc.stderr)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    return proc.stdout
+class Client:
+    """The Connect client process (``tests.spark.connect_driver``); its stderr goes to
+    ``client.log`` in ``tmp``."""
+
+    def __init__(self, args: list[str], tmp: pathlib.Path, remote: str) -> None:
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "KCLASYNC_CONNECT_REMOTE": remote,
+        }
+        self.log = tmp / "client.log"
+        with open(self.log, "w", encoding="utf-8") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.spark.connect_driver", *args],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+
+    def answer(self) -> list[str]:
+        """The words of the client's next ``done`` line."""
+        assert self.proc.stdout is not None
+        seen = []
+        for line in self.proc.stdout:
+            seen.append(line)
+            if line.startswith("done"):
+                return line.split()
+        self.proc.wait(60)
+        tail = self.log.read_text(encoding="utf-8")[-4000:]
+        raise AssertionError(f"client exited {self.proc.returncode}: {''.join(seen)}{tail}")
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            return self.proc.wait(120)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def count_records(local: LocalAws, stream: str) -> int:
@@ -97,27 +127,36 @@ def test_source_and_sink_through_spark_connect(
     first = create_and_produce(kinesis, unique_name, 2, 200)
     opts = source_options(kinesis, unique_name, tmp_path, maxRecordsPerShard=60)
     (tmp_path / "opts.json").write_text(json.dumps(opts))
-    out, ck = tmp_path / "out", tmp_path / "ck"
-    args = [str(tmp_path / "opts.json"), str(ck), str(out)]
-    assert "done 200" in run_client(args, tmp_path, connect_server)
+    out, ck, sink_file = tmp_path / "out", tmp_path / "ck", tmp_path / "sink.json"
+    client = Client(
+        [str(tmp_path / "opts.json"), str(ck), str(out), str(sink_file)], tmp_path, connect_server
+    )
+    try:
+        _, read, first_session = client.answer()
+        assert read == "200"
 
-    shards = split_first_shard(kinesis, unique_name)
-    parent = shards[0].shard_id
-    children = {s.shard_id for s in shards if parent in s.parent_ids}
-    second = produce(kinesis, unique_name, 200, 200)
-    sink_stream = f"{unique_name}-out"
-    create_and_produce(kinesis, sink_stream, 1, 0)
-    sink = {
-        "rows": 150,
-        "options": {
-            k: v
-            for k, v in source_options(kinesis, sink_stream, tmp_path).items()
-            if k in ("streamName", "endpointUrl", "region", "awsAccessKeyId", "awsSecretKey")
-        },
-    }
-    (tmp_path / "sink.json").write_text(json.dumps(sink))
-    # The restarted query: a new client process, the same checkpoint.
-    assert "done 200" in run_client([*args, str(tmp_path / "sink.json")], tmp_path, connect_server)
+        shards = split_first_shard(kinesis, unique_name)
+        parent = shards[0].shard_id
+        children = {s.shard_id for s in shards if parent in s.parent_ids}
+        second = produce(kinesis, unique_name, 200, 200)
+        sink_stream = f"{unique_name}-out"
+        create_and_produce(kinesis, sink_stream, 1, 0)
+        sink = {
+            "rows": 150,
+            "options": {
+                k: v
+                for k, v in source_options(kinesis, sink_stream, tmp_path).items()
+                if k in ("streamName", "endpointUrl", "region", "awsAccessKeyId", "awsSecretKey")
+            },
+        }
+        sink_file.write_text(json.dumps(sink))
+        # The restarted query: a new session, the same checkpoint.
+        client.send("restart")
+        _, read, second_session = client.answer()
+        assert read == "200" and second_session != first_session
+        assert client.answer() == ["done"]  # the sink's rows are put
+    finally:
+        assert client.close() == 0
 
     rows = spark.read.parquet(str(out))
     ids = [

@@ -10,6 +10,7 @@ import asyncio
 import pathlib
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -32,10 +33,15 @@ SHARDS = FIRST_WAVE + UNASKED
 
 
 def _read(
-    local: LocalAws, stream: str, tmp: pathlib.Path, io: WorkerIO
+    local: LocalAws,
+    stream: str,
+    tmp: pathlib.Path,
+    io: WorkerIO,
+    taken: Callable[[Counter[str]], bool],
 ) -> tuple[list[int], Counter[str], Counter[str], int]:
     """One batch: its rows, the driver's and the tasks' Kinesis calls, and the driver's
-    GetShardIterator calls seen after the planning returned, before ``partitions``."""
+    GetShardIterator calls seen after the planning returned, once ``taken`` (given the
+    driver's calls) says the early iterators were taken, before ``partitions``."""
     opts = SourceOptions.parse(
         source_options(
             local,
@@ -56,7 +62,7 @@ def _read(
         assert driver is not None
         calls: Counter[str] = driver.calls  # type: ignore[attr-defined]
         deadline = time.monotonic() + 30
-        while calls["get_shard_iterator"] < SHARDS and time.monotonic() < deadline:
+        while not taken(calls) and time.monotonic() < deadline:
             time.sleep(0.01)  # a poll with a deadline: the loop's thread takes them meanwhile
         before_partitions = calls["get_shard_iterator"]
         tasks = reader.partitions(start, end)
@@ -79,7 +85,9 @@ def test_the_unasked_shards_iterators_are_taken_between_planning_and_tasks(
     io = WorkerIO()
     monkeypatch.setattr(worker_module, "_current", io)
     try:
-        rows, driver, tasks, before = _read(moto, unique_name, tmp_path, io)
+        rows, driver, tasks, before = _read(
+            moto, unique_name, tmp_path, io, lambda calls: calls["get_shard_iterator"] >= SHARDS
+        )
     finally:
         io.close()
     assert sorted(rows) == ids
@@ -95,15 +103,20 @@ def test_without_the_early_iterators_the_tasks_take_their_own(
 ) -> None:
     ids = create_and_produce(moto, unique_name, SHARDS, 300)
 
+    tried: list[str] = []
+
     async def failed(*args: Any, **kw: Any) -> str | None:
         await asyncio.sleep(0)
+        tried.append("shard_iterator")
         return None  # what ``shard_iterator`` gives when its one call failed
 
     monkeypatch.setattr(source_module, "shard_iterator", failed)
     io = WorkerIO()
     monkeypatch.setattr(worker_module, "_current", io)
     try:
-        rows, driver, tasks, _ = _read(moto, unique_name, tmp_path, io)
+        rows, driver, tasks, _ = _read(
+            moto, unique_name, tmp_path, io, lambda calls: len(tried) >= UNASKED
+        )
     finally:
         io.close()
     assert sorted(rows) == ids
