@@ -128,7 +128,8 @@ class FanOutCursor:
                 await sub.close()
             if ending is Ending.THROTTLED and self.on_throttle is not None:
                 self.on_throttle()
-            if established or ending is Ending.DROPPED:
+            refused = ending is Ending.IN_USE and sub.events_received == 0
+            if (established and not refused) or ending is Ending.DROPPED:
                 accepted_at = began  # the service may count this call as accepted
             decision = decide(
                 self.progress,

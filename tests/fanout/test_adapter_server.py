@@ -4,11 +4,14 @@ framing (initial-response, SubscribeToShardEvent, ChildShards at shard end, inje
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 import pytest
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
@@ -254,6 +257,35 @@ async def test_cursor_resubscribes_through_every_fault_without_loss_or_duplicate
     assert positions[1] == {"Type": "TRIM_HORIZON"}  # nothing handed on yet
     assert positions[2]["Type"] == "AFTER_SEQUENCE_NUMBER"
     assert positions[2]["SequenceNumber"] == seqs[7]
+
+
+async def test_a_refusal_inside_the_event_stream_is_not_counted_as_an_accepted_call(
+    server: FanOutServer, fanout: FanOutClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Some servers answer ResourceInUse as the first event of an established stream (kinesis-
+    # local does). That call was refused: the next one waits the refusal's backoff, not the
+    # ``success_interval`` that follows a call the service accepted.
+    seqs = await put(server, 5)
+    await server.split(SHARD)
+    arn = await consumer_arn(fanout, server)
+    server.fault(Fault(exception_after=0, exception_code="ResourceInUseException"))
+    policy = attrs.evolve(FAST, success_interval=30.0, in_use_backoff=0.02, max_backoff=0.05)
+    reasons: list[str] = []
+    c = FanOutCursor(
+        fanout,
+        arn,
+        "fanout-stream",
+        SHARD,
+        TRIM,
+        policy=policy,
+        rng=random.Random(3),
+        on_resubscribe=reasons.append,
+    )
+    caplog.set_level(logging.INFO, logger="kclasync.fanout")
+    assert await asyncio.wait_for(read_all(c), 10.0) == seqs
+    assert reasons == ["in_use"] and c.subscriptions == 2
+    delays = [float(m) for m in re.findall(r"subscribing again in ([0-9.]+)s", caplog.text)]
+    assert len(delays) == 1 and delays[0] <= 0.05, caplog.text
 
 
 @pytest.mark.parametrize(
