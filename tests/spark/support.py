@@ -5,10 +5,40 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kclasync.testing.emulators import LocalAws
 from tests.support import aws_for
+
+if TYPE_CHECKING:
+    from kclasync.spark.shard_task import ShardPartition
+
+
+def partition(
+    opts: Any,
+    shard_id: str,
+    *,
+    batch: int = 0,
+    start: str = "0",
+    quota: int = 1,
+    consumer_arn: str | None = None,
+) -> ShardPartition:
+    """One shard's planned range of a batch (run "r", no timestamp or end), as the driver
+    would send it to a task."""
+    from kclasync.spark.shard_task import ShardPartition  # imports pyspark
+
+    extra = {} if consumer_arn is None else {"consumer_arn": consumer_arn}
+    return ShardPartition(
+        options=opts,
+        run="r",
+        batch=batch,
+        shard_id=shard_id,
+        start=start,
+        quota=quota,
+        timestamp=None,
+        until=None,
+        **extra,
+    )
 
 
 def kinesis_endpoint(local: LocalAws) -> str:

@@ -18,7 +18,7 @@ from kclasync.spark.shard_task import ShardPartition, read_partition
 from kclasync.spark.source import KinesisStreamReader
 from kclasync.spark.worker_io import WorkerIO
 from kclasync.testing.emulators import LocalAws
-from tests.spark.support import RelayThread, create_and_produce, source_options
+from tests.spark.support import RelayThread, create_and_produce, partition, source_options
 from tests.support import aws_for
 
 
@@ -57,17 +57,7 @@ def test_fan_out_tasks_read_their_planned_range_and_replay_it(
         )
 
         def part(batch: int, start: str, quota: int) -> ShardPartition:
-            return ShardPartition(
-                options=opts,
-                run="r",
-                batch=batch,
-                shard_id=shard,
-                start=start,
-                quota=quota,
-                timestamp=None,
-                until=None,
-                consumer_arn=arn,
-            )
+            return partition(opts, shard, batch=batch, start=start, quota=quota, consumer_arn=arn)
 
         # The driver's reader reuses the consumer registered above (once per query).
         reader = KinesisStreamReader(opts)

@@ -18,6 +18,7 @@ from kclasync.spark.offsets import (
     readable_shards,
     state_after,
 )
+from tests.spark.support import partition
 
 HALF = 1 << 127
 P = Shard("p", hash_range=HashRange(0, HALF - 1), ending_sequence="9")
@@ -105,16 +106,7 @@ def test_shards_per_task_groups_evenly() -> None:
     opts = SourceOptions.parse({"streamName": "s"})
 
     def part(sid: str) -> ShardPartition:
-        return ShardPartition(
-            options=opts,
-            run="r",
-            batch=0,
-            shard_id=sid,
-            start="0",
-            quota=1,
-            timestamp=None,
-            until=None,
-        )
+        return partition(opts, sid)
 
     parts = [part(f"s{i}") for i in range(5)]
     assert group_partitions(parts, 1) == parts

@@ -12,7 +12,12 @@ from kclasync.spark.options import SourceOptions
 from kclasync.spark.source import ShardPartition, read_partition
 from kclasync.spark.worker_io import WorkerIO
 from kclasync.testing.emulators import LocalAws
-from tests.spark.support import create_and_produce, kinesis_endpoint, source_options
+from tests.spark.support import (
+    create_and_produce,
+    kinesis_endpoint,
+    partition,
+    source_options,
+)
 from tests.support import aws_for
 
 
@@ -35,16 +40,7 @@ def test_tasks_in_one_worker_share_its_clients(
     try:
 
         def part(batch: int, start: str, quota: int) -> ShardPartition:
-            return ShardPartition(
-                options=opts,
-                run="r",
-                batch=batch,
-                shard_id=shard,
-                start=start,
-                quota=quota,
-                timestamp=None,
-                until=None,
-            )
+            return partition(opts, shard, batch=batch, start=start, quota=quota)
 
         first = read_partition(part(0, TRIM_HORIZON, 20))
         replay = read_partition(part(0, TRIM_HORIZON, 25))  # recorded: the same 20 again
