@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
+from kclasync._adapters.coordinator_state import DynamoCoordinatorState, coordinator_table_name
 from kclasync.testing.emulators import LocalAws
 from tests.interop.fleet import Delivery, beyond_checkpoints, checkpoints, delivered, produce
 from tests.interop.java_kcl import STOPPED_TRACKING, JavaKcl
@@ -59,9 +60,16 @@ async def test_same_properties_java_then_kclasync_then_java(
             await wait_until(java1_done, 200, "the Java daemon to process the first part")
             timings["java-1 to all records"] = time.monotonic() - started
             java1.begin_stop()
-            await wait_until(
-                lambda: bool(java1.log_lines(STOPPED_TRACKING)), 40, "the Java daemon to stop"
-            )
+            locks = DynamoCoordinatorState(aws.dynamodb, coordinator_table_name(unique_name))
+
+            async def java1_stopped() -> bool:
+                # Its leases no longer renewed and its leader lock deleted (left behind, the
+                # lock would hold the second daemon back for its 120 s).
+                if not java1.log_lines(STOPPED_TRACKING):
+                    return False
+                return await locks.get_lock("Leader") is None
+
+            await wait_until(java1_stopped, 40, "the Java daemon to stop")
             # The rest of its stop (waiting for the processors' final shutdown until the
             # failover time) is not what this scenario checks.
             assert java1.stop(kill=True) is not None
