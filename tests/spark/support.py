@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kclasync.testing.emulators import LocalAws
@@ -39,6 +40,21 @@ def partition(
         until=None,
         **extra,
     )
+
+
+def read_replay_rest(
+    part: Callable[[int, str, int], ShardPartition],
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """A task's three reads of one shard, each ``part(batch, start, quota)``: batch 0 (20
+    records from the trim horizon), batch 0 again with a larger quota (a retried task: it must
+    read what was recorded, the same 20), and batch 1 from the record after the first's last."""
+    from kclasync.spark.offsets import TRIM_HORIZON, format_position
+    from kclasync.spark.shard_task import read_partition
+
+    first = list(read_partition(part(0, TRIM_HORIZON, 20)))
+    replay = list(read_partition(part(0, TRIM_HORIZON, 25)))
+    rest = list(read_partition(part(1, format_position(first[-1]), 100)))
+    return first, replay, rest
 
 
 def kinesis_endpoint(local: LocalAws) -> str:

@@ -12,13 +12,18 @@ from collections import Counter
 
 import kclasync.spark.worker_io as module
 from kclasync._adapters.fanout import FanOutClient
-from kclasync.spark.offsets import TRIM_HORIZON, format_position
 from kclasync.spark.options import SourceOptions
-from kclasync.spark.shard_task import ShardPartition, read_partition
+from kclasync.spark.shard_task import ShardPartition
 from kclasync.spark.source import KinesisStreamReader
 from kclasync.spark.worker_io import WorkerIO
 from kclasync.testing.emulators import LocalAws
-from tests.spark.support import RelayThread, create_and_produce, partition, source_options
+from tests.spark.support import (
+    RelayThread,
+    create_and_produce,
+    partition,
+    read_replay_rest,
+    source_options,
+)
 from tests.support import aws_for
 
 
@@ -67,10 +72,8 @@ def test_fan_out_tasks_read_their_planned_range_and_replay_it(
         finally:
             reader.stop()
         try:
-            first = read_partition(part(0, TRIM_HORIZON, 20))
-            replay = read_partition(part(0, TRIM_HORIZON, 25))  # recorded: the same 20 again
             # A batch may end inside an event: the next one starts at the following record.
-            rest = read_partition(part(1, format_position(first[-1]), 100))
+            first, replay, rest = read_replay_rest(part)
         finally:
             module._current = previous
             io.close()

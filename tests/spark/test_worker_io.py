@@ -7,15 +7,15 @@ import asyncio
 import pathlib
 
 import kclasync.spark.worker_io as module
-from kclasync.spark.offsets import TRIM_HORIZON, format_position
 from kclasync.spark.options import SourceOptions
-from kclasync.spark.source import ShardPartition, read_partition
+from kclasync.spark.source import ShardPartition
 from kclasync.spark.worker_io import WorkerIO
 from kclasync.testing.emulators import LocalAws
 from tests.spark.support import (
     create_and_produce,
     kinesis_endpoint,
     partition,
+    read_replay_rest,
     source_options,
 )
 from tests.support import aws_for
@@ -42,9 +42,7 @@ def test_tasks_in_one_worker_share_its_clients(
         def part(batch: int, start: str, quota: int) -> ShardPartition:
             return partition(opts, shard, batch=batch, start=start, quota=quota)
 
-        first = read_partition(part(0, TRIM_HORIZON, 20))
-        replay = read_partition(part(0, TRIM_HORIZON, 25))  # recorded: the same 20 again
-        rest = read_partition(part(1, format_position(first[-1]), 100))
+        first, replay, rest = read_replay_rest(part)
     finally:
         module._current = previous
         io.close()
