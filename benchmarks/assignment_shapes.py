@@ -12,7 +12,7 @@ The seeds are split before any tuning: the TUNING seeds are the ones the planner
 the HELD_OUT seeds were never looked at while tuning. Both are reported.
 
     flock /tmp/heavy.lock uv run python benchmarks/assignment_shapes.py
-        [--set tuning|held-out|held-out-2|...|held-out-8]
+        [--set tuning|held-out|held-out-2|...|held-out-9]
         [--classes small,medium,hot,large]
         [--policies balanced,kcl3,load] [--change-every 300]
 """
@@ -60,6 +60,9 @@ HELD_OUT_7 = {"small": (700, 701, 702, 703), "medium": (700, 701, 702), "hot": (
 #: join into a fleet already in band) were made, and never tuned on.
 HELD_OUT_8 = {"small": (800, 801, 802, 803), "medium": (800, 801, 802), "hot": (800, 801, 802),
               "large": (800,)}  # fmt: skip
+#: A ninth, drawn after every fix so far and never tuned on.
+HELD_OUT_9 = {"small": (900, 901, 902, 903), "medium": (900, 901, 902), "hot": (900, 901, 902),
+              "large": (900,)}  # fmt: skip
 SETS = {
     "tuning": TUNING,
     "held-out": HELD_OUT,
@@ -70,6 +73,7 @@ SETS = {
     "held-out-6": HELD_OUT_6,
     "held-out-7": HELD_OUT_7,
     "held-out-8": HELD_OUT_8,
+    "held-out-9": HELD_OUT_9,
 }
 #: (workers range, shards range) per class; every class draws the skew from 0.8-1.6.
 CLASSES = {

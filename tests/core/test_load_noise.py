@@ -13,6 +13,7 @@ from kclasync._core.assignment.load_assignment import (
     lease_throughputs,
 )
 from kclasync._core.assignment.load_balancer import BalancerSettings, plan_load_aware
+from tests.core.load_fleets import fleet_of
 
 
 def _hot_on_small() -> FleetSnapshot:
@@ -119,3 +120,26 @@ def test_a_newcomer_with_enough_cpu_is_priced_from_its_own_reading() -> None:
     snapshot = _newcomer_with_a_little_load(10.1)
     model = LoadModel(snapshot, lease_throughputs(snapshot.leases))
     assert model.cost("new", 100.0) == 100.0 * 10.1 / 101.0
+
+
+def test_a_fleet_just_inside_the_threshold_by_the_estimates_is_rebalanced() -> None:
+    # "a" is 9.6 % above the fleet's level (30.7 % against 28.0 %): inside the configured
+    # threshold (10 %), which estimates about 1 % off do not tell from just outside it (held-out-6
+    # large seed 600's join: 0.03 points inside by the estimates, 1.106x the optimum in truth,
+    # and no run planned again). The planner triggers at 9.5 %: one lease off "a" (30.0 %).
+    snapshot = fleet_of(
+        {
+            "a": (1000.0, [100.0, 100.0, 100.0, 7.0]),
+            "b": (1000.0, [100.0, 100.0, 71.0]),
+            "c": (1000.0, [100.0, 100.0, 71.0]),
+            "d": (1000.0, [100.0, 100.0, 71.0]),
+        }
+    )
+    plan = plan_load_aware(snapshot)
+    owner = {lease.key: lease.owner for lease in snapshot.leases}
+    owner.update({m.lease_key: m.to_worker for m in plan.moves})
+    load = dict.fromkeys("abcd", 0.0)
+    for lease in snapshot.leases:
+        load[owner[lease.key]] += (lease.throughput_kbps or 0.0) / 10
+    assert len(plan.moves) == 1, plan
+    assert max(load.values()) < 28.0 * 1.095, (plan, load)
