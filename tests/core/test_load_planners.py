@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -142,16 +143,58 @@ def test_never_above_the_operating_range_while_another_worker_has_room(
             ]
             assert not room, (move, room)
         model.load[move.to_worker] = after
-    receivers = set()
     for move in plan.moves:
         assert move.from_worker is not None
         tp = throughputs[move.lease_key]
         model.load[move.from_worker] -= model.cost(move.from_worker, tp)
         model.load[move.to_worker] += model.cost(move.to_worker, tp)
-        receivers.add(move.to_worker)
-    # Rebalancing never leaves a worker it gave leases to above its range.
-    for wid in receivers:
-        assert model.load[wid] <= model.limit[wid] + 1e-9
+    # Rebalancing leaves a worker it gave a lease to above its range only when no other worker
+    # could hold that lease within its own (an overloaded fleet: the lease must go somewhere).
+    for move in plan.moves:
+        wid, tp = move.to_worker, throughputs[move.lease_key]
+        if model.load[wid] > model.limit[wid] + 1e-9:
+            room = [
+                other
+                for other in model.workers
+                if other != wid and model.load[other] + model.cost(other, tp) <= model.limit[other]
+            ]
+            assert not room, (move, room)
+
+
+def test_an_overloaded_fleet_puts_a_lease_just_above_the_range_where_nothing_has_room() -> None:
+    """w0 (200 KB/s at 100 % CPU) holds two leases of 120.5 KB/s, one of them in a handoff:
+    120.5 % against its 60 % range. The other can go to w2 (60.25 % once it gives its 241 KB/s
+    lease to w1) or to w1 (81 % against 80 %): w2, 0.25 points above its range, is the best
+    place, and the plan must not leave it on w0 at 120.5 %."""
+    moved = LeaseLoad("shardId-0007", "w0", None)
+    leases = (
+        LeaseLoad("shardId-0000", "w2", 241.0),
+        *(LeaseLoad(f"shardId-000{i}", None, None) for i in range(1, 6)),
+        LeaseLoad("shardId-0006", None, 0.0),
+        moved,
+        LeaseLoad("shardId-0008", "w0", None, checkpoint_owner="w1"),
+        LeaseLoad("shardId-0009", None, None, checkpoint_owner="w1"),
+    )
+    workers = (
+        WorkerLoad("w0", cpu_percent=0.0, max_cpu_percent=60.0, capacity_kbps=200.0),
+        WorkerLoad("w1", cpu_percent=18.0, max_cpu_percent=80.0),
+        WorkerLoad("w2", cpu_percent=0.0, max_cpu_percent=60.0),
+    )
+    snapshot = FleetSnapshot(leases, workers)
+    plan = plan_load_aware(snapshot)
+    assert {(m.lease_key, m.to_worker) for m in plan.moves} == {
+        ("shardId-0007", "w2"),
+        ("shardId-0000", "w1"),
+    }
+    throughputs = lease_throughputs(snapshot.leases)
+    model = LoadModel(snapshot, throughputs)
+    for move in plan.all:
+        tp = throughputs[move.lease_key]
+        if move.from_worker is not None:
+            model.load[move.from_worker] -= model.cost(move.from_worker, tp)
+        model.load[move.to_worker] += model.cost(move.to_worker, tp)
+    assert max(model.load.values()) == pytest.approx(72.0)  # w1, within its 80 %
+    assert model.load["w2"] == pytest.approx(60.25)
 
 
 @st.composite
