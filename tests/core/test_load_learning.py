@@ -1,30 +1,23 @@
-"""Cause 19 (traced, not fixed): a newcomer priced from a guess learns its capacity only from
-a lease heavy enough to read.
+"""Cause 19: a newcomer priced from a guess learns its capacity only from a lease heavy enough
+to read, so one that holds too little is given a learning lease when its guess would lower
+the unmovable peak.
 
 A worker estimates its capacity only from CPU readings of at least 5 % (a lighter reading is
 mostly noise). Held-out-9 medium seed 900's leave: the 4000 KB/s newcomer (7 CPUs, guessed
 3267 KB/s) took the leaving worker's three leases, 41 KB/s, 1 % of its CPU; it was then no
 longer idle, so no learning lease followed, and its guess, priced 1.5x smaller for the
 unmovable peak, kept the 1948 KB/s lease's floor on a 3000 KB/s worker: the fleet looked in
-band at 1.38x the optimum for the whole window."""
+band at 1.38x the optimum for the whole window, before this was fixed."""
 
 from __future__ import annotations
 
 import dataclasses
-
-import pytest
 
 from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
 from kclasync._core.assignment.load_balancer import plan_load_aware
 from tests.core.load_fleets import fleet_of
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cause 19 is traced, not fixed: the fix measured (a learning lease for a guessed "
-    "worker below the CPU an estimate needs, when its guess would lower the peak) settled this "
-    "leave but raised held-out-3's mean x of optimum by 0.0005 (docs/assignment.md, cause 19)",
-)
 def test_a_newcomer_holding_too_little_to_read_its_capacity_is_given_a_learning_lease() -> None:
     # "hot" (3000 KB/s) holds a 1948 KB/s lease, 66 %: the unmovable peak among the workers
     # whose capacity is known, so the fleet is within its band. The newcomer reports 7 CPUs

@@ -34,6 +34,7 @@ import copy
 from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
+    CAPACITY_MIN_CPU_PERCENT,
     FleetSnapshot,
     LeaseLoad,
     LoadModel,
@@ -100,8 +101,8 @@ class BalancerSettings:
 class _Round:
     """What one plan's descents share: the snapshot and its model (left as they are), the
     leases placed in this plan, the unmovable peak, and the rebalance's reasons (``spare``
-    leases beyond one per worker, ``triggered`` out of band, ``learning`` for an idle guessed
-    newcomer, only ``once`` a learning lease)."""
+    leases beyond one per worker, ``triggered`` out of band, ``learning`` for a guessed
+    newcomer that holds too little to learn from, only ``once`` a learning lease)."""
 
     snapshot: FleetSnapshot
     model: LoadModel
@@ -158,8 +159,12 @@ def _rebalance(
     # An idle worker priced from a guess (no capacity reported) is not a reason to level the
     # fleet, but it is one to give it a little load: until it reports a capacity, whether the
     # peak could go there (a hot lease on a large newcomer) is unknown (``learning_step``).
-    learning = spare and any(
-        wid in model.guessed and model.assigned_kbps[wid] <= 0 for wid in model.workers
+    # So is one holding too little to read a capacity from, when its guess taken as it is
+    # would lower the peak (a newcomer that took a leaving worker's crumbs, 1 % of its CPU).
+    idle = any(model.assigned_kbps[wid] <= 0 for wid in model.guessed)
+    light = any(_unlearnt(model, wid) for wid in model.guessed)
+    learning = spare and (
+        idle or (light and peak_floor(model, snapshot, throughputs, guess_error=1.0) < peak)
     )
     if not triggered and not learning:
         return []
@@ -192,6 +197,12 @@ def _rebalance(
         if len(polished) <= POLISH_FACTOR * len(plan) + 1:
             return polished
     return list(plan)
+
+
+def _unlearnt(model: LoadModel, wid: str) -> bool:
+    """A worker priced from a guess that holds too little to learn its capacity from: idle, or
+    below the CPU a capacity estimate needs (``CAPACITY_MIN_CPU_PERCENT``)."""
+    return model.assigned_kbps[wid] <= 0 or model.load[wid] < CAPACITY_MIN_CPU_PERCENT
 
 
 def _plan(
@@ -313,7 +324,7 @@ def _descend(
                 # only one, see ``_rebalance``).
                 step = learning_step(model, movable, settings.min_gain_percent)
                 learned = True
-        elif learning and not learned and any(model.assigned_kbps[w] <= 0 for w in model.guessed):
+        elif learning and not learned and any(_unlearnt(model, w) for w in model.guessed):
             # One lease is enough to learn from: within the band nothing else needs to move,
             # and a few more leases to the newcomer are moves the fewest do not make (nor one
             # to a newcomer given a lease by the steps above).

@@ -20,12 +20,18 @@ __all__ = ["GUESS_ERROR", "band_ceiling", "out_of_band", "peak_floor"]
 GUESS_ERROR = 1.5
 
 
-def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str, float]) -> float:
+def peak_floor(
+    model: LoadModel,
+    snapshot: FleetSnapshot,
+    throughputs: dict[str, float],
+    *,
+    guess_error: float = GUESS_ERROR,
+) -> float:
     """A load no plan can bring the most loaded worker below: the hottest lease alone on the
-    worker where it costs least (a price from a guess counted pessimistically), and what is
-    pinned (sticky leases, leases in handoff) on each worker. Above the fleet's level, the
-    balance is judged against it: moves that level the other workers below an unmovable peak
-    do not lower the peak."""
+    worker where it costs least (a price from a guess counted ``guess_error`` times higher),
+    and what is pinned (sticky leases, leases in handoff) on each worker. Above the fleet's
+    level, the balance is judged against it: moves that level the other workers below an
+    unmovable peak do not lower the peak."""
     live = model.workers
     hottest = max(
         (throughputs[lease.key] for lease in snapshot.leases if not lease.expired),
@@ -36,7 +42,7 @@ def peak_floor(model: LoadModel, snapshot: FleetSnapshot, throughputs: dict[str,
     # that far off at times, and judged by it a peak already in band on a known worker looked
     # above it (a 4000 KB/s newcomer guessed at 4577 took the hot lease off a 4000 KB/s worker,
     # and the plan shuffled the leases behind it). A newcomer that much larger still counts.
-    prices = [r * GUESS_ERROR if wid in model.guessed else r for wid, r in model.rate.items()]
+    prices = [r * guess_error if wid in model.guessed else r for wid, r in model.rate.items()]
     cheapest = min((r for r in prices if r > 0), default=0.0)
     pinned = dict.fromkeys(live, 0.0)
     for lease in snapshot.leases:
