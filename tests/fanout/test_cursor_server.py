@@ -178,14 +178,7 @@ async def test_cursor_gives_up_after_max_failures(
     arn = await consumer_arn(fanout, server)
     for _ in range(3):
         server.fault(Fault(error="ResourceInUseException"))
-    policy = ResubscribePolicy(
-        base_backoff=0.01,
-        max_backoff=0.02,
-        in_use_backoff=0.01,
-        max_failures=3,
-        success_interval=0.0,
-        call_interval=0.0,
-    )
+    policy = attrs.evolve(FAST, max_backoff=0.02, in_use_backoff=0.01, max_failures=3)
     c = FanOutCursor(fanout, arn, "fanout-stream", SHARD, TRIM, policy=policy)
     with pytest.raises(SubscriptionInUseError):
         await read_all(c)
