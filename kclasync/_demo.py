@@ -363,8 +363,10 @@ class _LiveView:
         ]
         for w in self.workers:
             state = self.state[w.worker_id]
+            # The table's count: the worker's own view lags a take by up to one renewal.
+            owned = sum(1 for lease in scan.leases if lease.owner == w.worker_id)
             holds = (
-                f"holds {len(w.held_leases)} leases"
+                f"owns {owned} leases in the table"
                 if state == "running"
                 else "its leases wait for expiry"
                 if state == "crashed"

@@ -18,7 +18,8 @@ from tests.support import aws_for
 
 def test_demo_accounts_for_every_record_through_a_crash() -> None:
     out = io.StringIO()
-    settings = DemoSettings(shards=2, workers=2, duration=5, rate=200, backlog=600, failover=1.0)
+    # 6 s: the live view prints its first frame at 5 s.
+    settings = DemoSettings(shards=2, workers=2, duration=6, rate=200, backlog=600, failover=1.0)
     assert asyncio.run(run_demo(settings, out)) == 0
     text = out.getvalue()
     produced = int(re.search(r"records produced\s+([\d,]+)", text)[1].replace(",", ""))  # type: ignore[index]
@@ -28,6 +29,15 @@ def test_demo_accounts_for_every_record_through_a_crash() -> None:
     assert re.search(r"\n  lost\s+0\n", text)
     assert "crashed holding" in text and "taken over after" in text
     assert "OK: every record was processed" in text
+    # Each frame's worker lines count the leases the table beside them shows that worker owning.
+    frames = [frame for frame in text.split("\nt=")[1:] if "owns " in frame]
+    checked = 0
+    for frame in frames:
+        for worker, owned in re.findall(r"\n  (worker-\d+)\s+running\s+owns (\d+) leases", frame):
+            rows = re.findall(rf"\n  shardId-\S+\s+{worker}\s", frame)
+            assert len(rows) == int(owned), frame
+            checked += 1
+    assert checked
 
 
 def test_demo_rejects_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
