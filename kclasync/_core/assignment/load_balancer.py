@@ -214,19 +214,24 @@ def _plan(
 ) -> list[Move]:
     """Two descents from the same state: levelling each peak with its best partner, and the
     fewest moves (each off the peak, the lease that brings it into band in one move). The
-    second is taken when it moves fewer leases and still ends within the target band (over an
-    unmovable peak, ``peak_percent`` above it)."""
-    greedy, _ = _descend(rnd, peak_percent=peak_percent, prior=prior, hot=hot)
+    second is taken when it ends within the target band (over an unmovable peak,
+    ``peak_percent`` above it) and moves fewer leases, or the first ends outside it."""
+    greedy, ended = _descend(rnd, peak_percent=peak_percent, prior=prior, hot=hot)
     frugal, after = _descend(rnd, frugal=True, peak_percent=peak_percent, prior=prior, hot=hot)
     settings = rnd.settings
     target = settings.target_percent, settings.noise_floor_percent / 2, rnd.peak, peak_percent
-    holder = None
-    if hot is not None:
-        moved = next((m.to_worker for m in frugal if m.lease_key == hot[0]), hot[1])
-        holder = lambda: (moved, hot[2])  # noqa: E731
-    if len(frugal) < len(greedy) and not out_of_band(
-        after, *target, holder, spare_leases=rnd.spare
-    ):
+
+    def inside(plan: list[Move], model: LoadModel) -> bool:
+        holder = None
+        if hot is not None:
+            moved = next((m.to_worker for m in plan if m.lease_key == hot[0]), hot[1])
+            holder = lambda: (moved, hot[2])  # noqa: E731
+        return not out_of_band(model, *target, holder, spare_leases=rnd.spare)
+
+    # A levelling descent can stop outside the band where no single move or exchange off its
+    # peak lowers it (tuning hot seed 2: 1.18x the level for good, as the next run plans the
+    # same), while the fewest-moves descent, which places each lease where it fits, ends in it.
+    if inside(frugal, after) and (len(frugal) < len(greedy) or not inside(greedy, ended)):
         return frugal
     return greedy
 
