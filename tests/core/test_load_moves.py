@@ -168,12 +168,14 @@ def test_an_idle_newcomer_does_not_narrow_the_band_of_a_fleet_within_its_trigger
 
 
 def test_a_plan_that_stops_outside_the_band_gives_way_to_one_that_ends_in_it() -> None:
-    # Tuning hot seed 2, a traffic change: w4 carries a 1133 KB/s lease (57 % of its 2000), w2
-    # a 763 KB/s one (76 % of its 1000); the fleet's level is 31.9 %. Levelling each peak with
-    # its partner put the 1133 KB/s lease on w5 (37.8 % of its 3000) and then found no single
-    # move or exchange off w5 that lowered it: ten moves, 1.18x the level, and the next run
-    # planned the same, so the fleet stayed there. The fewest-moves descent ends within the
-    # band (14 moves; the fewest to within 1.05x of the optimum are 6).
+    # Tuning hot seed 2's traffic change, as a variant of the planner measured and not taken
+    # (an exchange for a lease that does not settle its donor) reached it: w4 carries a 1133
+    # KB/s lease (57 % of its 2000), w2 a 763 KB/s one (76 % of its 1000); the fleet's level
+    # is 31.9 %. Levelling each peak with its partner put the 1133 KB/s lease on w5 (37.8 % of
+    # its 3000) and then found no single move or exchange off w5 that lowered it: ten moves,
+    # 1.18x the level, and the next run planned the same, so the fleet stayed there. The
+    # fewest-moves descent ends within the band (14 moves; the fewest to within 1.05x of the
+    # optimum are 6).
     snapshot = fleet_of(
         {
             "w0": (2000.0, [219.0, 159.0, 125.0, 73.0, 53.0, 44.0, 43.0, 30.0, 24.0]),

@@ -229,8 +229,9 @@ def _plan(
         return not out_of_band(model, *target, holder, spare_leases=rnd.spare)
 
     # A levelling descent can stop outside the band where no single move or exchange off its
-    # peak lowers it (tuning hot seed 2: 1.18x the level for good, as the next run plans the
-    # same), while the fewest-moves descent, which places each lease where it fits, ends in it.
+    # peak lowers it (a state of tuning hot seed 2: 1.18x the level for good, as the next run
+    # plans the same), while the fewest-moves descent, which places each lease where it fits,
+    # ends in it.
     if inside(frugal, after) and (len(frugal) < len(greedy) or not inside(greedy, ended)):
         return frugal
     return greedy
