@@ -366,7 +366,7 @@ class _LiveView:
             # The table's count: the worker's own view lags a take by up to one renewal.
             owned = sum(1 for lease in scan.leases if lease.owner == w.worker_id)
             holds = (
-                f"owns {owned} leases in the table"
+                f"owns {owned} lease{'' if owned == 1 else 's'} in the table"
                 if state == "running"
                 else "its leases wait for expiry"
                 if state == "crashed"

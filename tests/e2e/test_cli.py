@@ -31,9 +31,10 @@ def test_demo_accounts_for_every_record_through_a_crash() -> None:
     assert "OK: every record was processed" in text
     # Each frame's worker lines count the leases the table beside them shows that worker owning.
     frames = [frame for frame in text.split("\nt=")[1:] if "owns " in frame]
+    line = re.compile(r"\n  (worker-\d+)\s+running\s+owns (\d+) leases? in the table")
     checked = 0
     for frame in frames:
-        for worker, owned in re.findall(r"\n  (worker-\d+)\s+running\s+owns (\d+) leases", frame):
+        for worker, owned in line.findall(frame):
             rows = re.findall(rf"\n  shardId-\S+\s+{worker}\s", frame)
             assert len(rows) == int(owned), frame
             checked += 1
