@@ -24,7 +24,7 @@ fleet is sized for its most loaded worker. Compared with the KCL 3.x variance de
 - sticky leases, leases in handoff and leases placed in this plan are never moved, and a
   lease changes owner at most once per plan.
 
-The choice of each step (which lease, to whom) is ``load_steps``'.
+The choice of each step (which lease, to whom) is ``load_steps``' and ``load_frugal``'s.
 Must not: read clocks, tables or metrics, or use randomness; ties are broken by keys.
 """
 
@@ -44,12 +44,8 @@ from kclasync._core.assignment.load_assignment import (
     lease_throughputs,
 )
 from kclasync._core.assignment.load_band import band_ceiling, out_of_band, peak_floor
-from kclasync._core.assignment.load_steps import (
-    Holdings,
-    best_step,
-    frugal_step,
-    learning_step,
-)
+from kclasync._core.assignment.load_frugal import frugal_step
+from kclasync._core.assignment.load_steps import Holdings, best_step, learning_step
 
 __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
 
@@ -234,6 +230,21 @@ def _plan(
     # ends in it.
     if inside(frugal, after) and (len(frugal) < len(greedy) or not inside(greedy, ended)):
         return frugal
+    stuck = out_of_band(
+        ended,
+        settings.trigger_percent * TRIGGER_MARGIN,
+        settings.noise_floor_percent,
+        rnd.peak,
+        spare_leases=rnd.spare,
+        empty_band_percent=settings.target_percent,
+    )
+    if stuck and not prior:
+        # Neither ends in the band, and the levelling one stops where the next run triggers
+        # again and plans the same, for good: a descent that may also pass a lease on in a
+        # chain (``frugal_step``'s ``chain``), taken only when it ends in the band.
+        chained, last = _descend(rnd, frugal=True, chain=True, peak_percent=peak_percent, hot=hot)
+        if inside(chained, last):
+            return chained
     return greedy
 
 
@@ -241,6 +252,7 @@ def _descend(
     rnd: _Round,
     *,
     frugal: bool = False,
+    chain: bool = False,
     peak_percent: float,
     prior: tuple[Move, ...] = (),
     hot: tuple[str, str | None, float] | None = None,
@@ -321,7 +333,7 @@ def _descend(
         if triggered and out_of_band(model, *band, spare_leases=spare):
             step = None
             if frugal:
-                step = frugal_step(model, movable, settings.min_gain_percent, ceiling)
+                step = frugal_step(model, movable, settings.min_gain_percent, ceiling, chain=chain)
             if step is None:
                 step = best_step(model, movable, settings.min_gain_percent)
             if step is None and not (learned and once):

@@ -4,7 +4,7 @@ Owns: the unmovable peak no plan can go below (``peak_floor``: the hottest lease
 worker where it costs least, and what is pinned), the most load a worker may carry within a
 band (``band_ceiling``) and whether the fleet is out of balance (``out_of_band``: a worker above
 the band or its operating range, or an idle newcomer beside spare leases).
-Must not: plan moves (``load_balancer``, ``load_steps``), read clocks or tables.
+Must not: plan moves (``load_balancer``, ``load_steps``, ``load_frugal``), read clocks or tables.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """The steps of the load-aware plan (``load_balancer``): which lease to move next.
 
-Owns: each worker's movable leases sorted by throughput (``Holdings``) and the choice of one
-step against the predicted loads: ``best_step`` takes from the fleet's peak worker (or a worker
-above its operating range) the single move that lowers the pair's peak the most, else the best
-exchange of one of its leases for lighter ones; ``learning_step`` gives a worker priced from a
-guess (no capacity reported yet) one light lease, so it learns its capacity; ``frugal_step``
-takes off the peak the lease that brings it within its ceiling in one move (the fewest leases,
-not the most even pair). A step must lower the pair's peak by the minimum gain for every lease
-it moves.
+Owns: each worker's movable leases sorted by throughput (``Holdings``), the receivers a step
+searches (``search_receivers``) and the choice of one step against the predicted loads:
+``best_step`` takes from the fleet's peak worker (or a worker above its operating range) the
+single move that lowers the pair's peak the most, else the best exchange of one of its leases
+for lighter ones; ``learning_step`` gives a worker priced from a guess (no capacity reported
+yet) one light lease, so it learns its capacity. The fewest-moves step is ``load_frugal``'s.
+A step must lower the pair's peak by the minimum gain for every lease it moves.
 Must not: change the model (the caller applies a step), read clocks or use randomness; ties
 are broken by load, lease key and worker id.
 """
@@ -16,31 +15,28 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
 
 from kclasync._core.assignment.load_assignment import LeaseLoad, LoadModel
 
-__all__ = ["Holdings", "best_step", "frugal_step", "learning_step"]
+__all__ = ["SEARCH_WIDTH", "Holdings", "best_step", "by_cost", "learning_step", "search_receivers"]
 
 _Entry = tuple[float, str, LeaseLoad]
 # Donors tried from the most loaded and receivers from the least loaded, per step: keeps a plan
 # for hundreds of workers fast; each step still strictly improves, so convergence is unchanged.
-_SEARCH_WIDTH = 12
+SEARCH_WIDTH = 12
 # ... plus the few workers where a lease costs least (the largest): a hot lease may fit only
 # there, and in a large fleet those need not be among the least loaded.
 _CHEAPEST = 3
-# A fewest-moves exchange takes back at most this many leases (``_frugal_swap``).
-_FRUGAL_BACK = 2
 
 
-def _receivers(donor: str, lightest: list[str], cheapest: list[str]) -> list[str]:
+def search_receivers(donor: str, lightest: list[str], cheapest: list[str]) -> list[str]:
     """The receivers searched for ``donor``: the least loaded, then the cheapest."""
-    out = [wid for wid in lightest if wid != donor][:_SEARCH_WIDTH]
+    out = [wid for wid in lightest if wid != donor][:SEARCH_WIDTH]
     out += [wid for wid in cheapest if wid != donor and wid not in out][:_CHEAPEST]
     return out
 
 
-def _by_cost(model: LoadModel) -> list[str]:
+def by_cost(model: LoadModel) -> list[str]:
     return sorted(model.workers, key=lambda wid: (model.rate[wid], model.load[wid], wid))
 
 
@@ -90,9 +86,9 @@ def best_step(
     """The next step off the fleet's peak (``_donors``): the best single move, else the best
     exchange, else the exchange that takes back a little more; None when none passes."""
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
-    cheapest = _by_cost(model)
+    cheapest = by_cost(model)
     for donor in _donors(model):
-        receivers = _receivers(donor, lightest, cheapest)
+        receivers = search_receivers(donor, lightest, cheapest)
         step = (
             _best_move(model, movable, min_gain_percent, donor, receivers)
             or _best_swap(model, movable, min_gain_percent, donor, receivers, beyond=False)
@@ -127,7 +123,7 @@ def learning_step(
         # The heaviest lease that fits, from any of the most loaded workers: few leases move.
         best: tuple[float, float, str, str, LeaseLoad] | None = None
         rate = model.rate[learner]
-        for donor in (d for d in donors[:_SEARCH_WIDTH] if d not in model.guessed):
+        for donor in (d for d in donors[:SEARCH_WIDTH] if d not in model.guessed):
             # ... and that leaves the learner below the donor (a lease that fits the budget but
             # not that hid the lighter ones that do: a small newcomer beside large workers).
             gap = model.load[donor] - min_gain - model.load[learner]
@@ -263,107 +259,3 @@ def _best_swap(
     near = [c for c in found if c[0] <= lowest + min_gain]
     _, _, _, receiver, given, taken = min(near, key=lambda c: (c[1], c[0], c[2], c[3]))
     return [(given, donor, receiver)] + [(lease, receiver, donor) for lease in taken]
-
-
-def frugal_step(
-    model: LoadModel,
-    movable: dict[str, Holdings],
-    min_gain_percent: float,
-    ceiling: Callable[[str], float],
-) -> list[tuple[LeaseLoad, str, str]] | None:
-    """A step for the fewest moves: from any worker above its ``ceiling`` (or operating range),
-    the move that takes the most of its excess off in one lease while the receiver stays within
-    its own ceiling: per donor and receiver the heaviest lease that fits; the most excess
-    removed first (a lease larger than the excess removes only the excess), then the lighter
-    lease, then the receiver it fills most tightly (the roomiest stay free for heavy leases).
-    Largest first, as in bin packing: a heavy lease placed early settles its worker in one
-    move. None when no lease fits or none lowers its donor by the minimum gain: the caller
-    falls back to ``best_step``, which levels the pair instead (it may take back leases, or fill
-    a receiver above the band)."""
-    lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
-    cheapest = _by_cost(model)
-    min_gain = model.mean() * min_gain_percent / 100
-    tops = {wid: min(ceiling(wid), model.limit[wid]) for wid in model.workers}
-    donors = sorted(
-        (wid for wid in model.workers if model.load[wid] > tops[wid] and movable[wid].entries),
-        key=lambda wid: (-model.load[wid], wid),
-    )
-    best: tuple[float, float, float, str, str, str, LeaseLoad] | None = None
-    for donor in donors[:_SEARCH_WIDTH]:
-        held = movable[donor]
-        rate_d = model.rate[donor]
-        if rate_d <= 0:
-            continue
-        need = (model.load[donor] - tops[donor]) / rate_d  # KB/s the donor must shed
-        for receiver in _receivers(donor, lightest, cheapest):
-            rate_r = model.rate[receiver]
-            if rate_r <= 0 or model.load[receiver] >= tops[receiver]:
-                continue
-            entry = held.at_most((tops[receiver] - model.load[receiver]) / rate_r)
-            if entry is None:
-                continue
-            tp, key, lease = entry
-            after = model.load[receiver] + tp * rate_r
-            if tp * rate_d < min_gain or after > model.load[donor] - min_gain:
-                continue
-            candidate = (-min(tp, need), tp, -after, donor, receiver, key, lease)
-            if best is None or candidate[:6] < best[:6]:
-                best = candidate
-    if best is not None and -best[0] >= _need(model, tops, best[3]) * (1 - 1e-9):
-        return [(best[6], best[3], best[4])]  # settles its donor in one move
-    swap = _frugal_swap(model, movable, min_gain, tops, donors[:1], lightest, cheapest)
-    if swap is not None or best is None:
-        return swap
-    return [(best[6], best[3], best[4])]
-
-
-def _need(model: LoadModel, tops: dict[str, float], donor: str) -> float:
-    return (model.load[donor] - tops[donor]) / model.rate[donor]
-
-
-def _frugal_swap(
-    model: LoadModel,
-    movable: dict[str, Holdings],
-    min_gain: float,
-    tops: dict[str, float],
-    donors: list[str],
-    lightest: list[str],
-    cheapest: list[str],
-) -> list[tuple[LeaseLoad, str, str]] | None:
-    """When no lease that settles the peak fits anywhere as it is: the lease that settles it,
-    given to the worker where it overflows the ceiling least, and back from that worker its
-    heaviest leases (lighter than the given one) until it is within its ceiling again; at most
-    ``_FRUGAL_BACK`` of them, and the donor must stay within its own ceiling with them."""
-    best: tuple[int, float, str, str, LeaseLoad, list[LeaseLoad]] | None = None
-    for donor in donors:
-        rate_d = model.rate[donor]
-        need = _need(model, tops, donor)
-        for give, key, given in movable[donor].entries:
-            if give < need:
-                continue
-            for receiver in _receivers(donor, lightest, cheapest):
-                rate_r = model.rate[receiver]
-                over = model.load[receiver] + give * rate_r - tops[receiver]
-                if rate_r <= 0 or over <= 0:
-                    continue
-                back: list[tuple[float, LeaseLoad]] = []
-                taken = 0.0
-                for tp, _, lease in reversed(movable[receiver].entries):
-                    if taken * rate_r >= over or len(back) >= _FRUGAL_BACK:
-                        break
-                    if tp < give:
-                        back.append((tp, lease))
-                        taken += tp
-                if taken * rate_r < over:
-                    continue
-                donor_after = model.load[donor] - (give - taken) * rate_d
-                if donor_after > tops[donor] or model.load[donor] - donor_after < min_gain:
-                    continue
-                candidate = (len(back), over, key, receiver, given, [b for _, b in back])
-                if best is None or candidate[:4] < best[:4]:
-                    best = candidate
-    if best is None:
-        return None
-    _, _, _, receiver, given, leases = best
-    donor = donors[0]
-    return [(given, donor, receiver)] + [(lease, receiver, donor) for lease in leases]
