@@ -144,14 +144,7 @@ def _rebalance(
     peak = peak_floor(model, snapshot, throughputs)
     loaded = sum(1 for lease in snapshot.leases if not lease.expired and throughputs[lease.key] > 0)
     spare = loaded > len(model.workers)
-    triggered = out_of_band(
-        model,
-        settings.trigger_percent * TRIGGER_MARGIN,
-        settings.noise_floor_percent,
-        peak,
-        spare_leases=spare,
-        empty_band_percent=settings.target_percent,
-    )
+    triggered = _triggers(model, settings, peak, spare)
     # An idle worker priced from a guess (no capacity reported) is not a reason to level the
     # fleet, but it is one to give it a little load: until it reports a capacity, whether the
     # peak could go there (a hot lease on a large newcomer) is unknown (``learning_step``).
@@ -195,6 +188,19 @@ def _rebalance(
     return list(plan)
 
 
+def _triggers(model: LoadModel, settings: BalancerSettings, peak: float, spare: bool) -> bool:
+    """Whether a fleet in this state sets off a plan: out of its band by ``trigger_percent``
+    times ``TRIGGER_MARGIN`` (see ``BalancerSettings``)."""
+    return out_of_band(
+        model,
+        settings.trigger_percent * TRIGGER_MARGIN,
+        settings.noise_floor_percent,
+        peak,
+        spare_leases=spare,
+        empty_band_percent=settings.target_percent,
+    )
+
+
 def _unlearnt(model: LoadModel, wid: str) -> bool:
     """A worker priced from a guess that holds too little to learn its capacity from: idle, or
     below the CPU a capacity estimate needs (``CAPACITY_MIN_CPU_PERCENT``)."""
@@ -230,15 +236,7 @@ def _plan(
     # ends in it.
     if inside(frugal, after) and (len(frugal) < len(greedy) or not inside(greedy, ended)):
         return frugal
-    stuck = out_of_band(
-        ended,
-        settings.trigger_percent * TRIGGER_MARGIN,
-        settings.noise_floor_percent,
-        rnd.peak,
-        spare_leases=rnd.spare,
-        empty_band_percent=settings.target_percent,
-    )
-    if stuck and not prior:
+    if not prior and _triggers(ended, settings, rnd.peak, rnd.spare):
         # Neither ends in the band, and the levelling one stops where the next run triggers
         # again and plans the same, for good: a descent that may also pass a lease on in a
         # chain (``frugal_step``'s ``chain``), taken only when it ends in the band.

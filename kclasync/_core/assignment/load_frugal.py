@@ -164,6 +164,7 @@ def _place(
     if depth <= 0:
         return None
     shed = (load - tops[target]) / rate  # KB/s the target must pass on
+    # The lightest lease of at least ``shed`` (a hair below it, for rounding), not moved yet.
     entry = movable[target].above(shed * (1 - 1e-9) - 1e-12)
     while entry is not None and entry[1] in moved:
         entry = movable[target].above(entry[0])
