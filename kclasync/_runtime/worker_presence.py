@@ -136,7 +136,7 @@ class WorkerPresence:
         now = self._wall_clock()
         entry = self.last_entry.reported_at(now)
         if self.capacity_kbps is not None:
-            entry = attrs.evolve(entry, capacity_kbps=self.capacity_kbps)
+            entry = attrs.evolve(entry, capacity_kbps=self.capacity_kbps, capacity_error=None)
         if self.cores is not None:
             entry = attrs.evolve(entry, cores=self.cores)
         if self.cpu is None:
@@ -149,7 +149,12 @@ class WorkerPresence:
             entry = attrs.evolve(entry, cores=cores)
         if self.capacity_kbps is None and self._processed_kbps is not None and sample >= 0:
             estimate = self.capacity.update(self._processed_kbps(), sample)
-            entry = attrs.evolve(entry, capacity_kbps=estimate)
+            error = self.capacity.relative_error if estimate is not None else None
+            entry = attrs.evolve(
+                entry,
+                capacity_kbps=estimate,
+                capacity_error=error if error is not None and math.isfinite(error) else None,
+            )
         self.last_entry = entry
         if self._fleet_read_at is None or now - self._fleet_read_at >= FLEET_REFRESH:
             try:

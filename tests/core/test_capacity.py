@@ -72,7 +72,8 @@ def test_a_long_running_estimate_is_close_and_still() -> None:
 
 
 def test_the_reported_value_moves_only_past_the_dead_band() -> None:
-    est = CapacityEstimator(min_samples=1, alpha=1.0, dead_band_percent=5.0)
+    # Without a least noise per reading: one period's fit (alpha 1) has no error of its own.
+    est = CapacityEstimator(min_samples=1, alpha=1.0, dead_band_percent=5.0, cpu_noise_percent=0)
     est.update(100.0, 10.0)
     assert est.update(100.0, 10.0) == pytest.approx(1000.0)
     assert est.update(100.0, 9.7) == pytest.approx(1000.0)  # 1031: inside the band
@@ -110,6 +111,36 @@ def test_an_unusable_capacity_reads_as_none_not_as_a_corrupt_entry(bad: dict[str
     item = wi.encode_item(wm.WorkerMetrics("w1", 100))
     item["cap"] = bad
     assert wi.decode_item(item).capacity_kbps is None
+
+
+def test_a_capacitys_standard_error_is_an_extra_attribute_beside_it() -> None:
+    entry = wm.WorkerMetrics("w1", 100, capacity_kbps=2500.0, capacity_error=0.04)
+    item = wi.encode_item(entry)
+    assert item["cer"] == {"N": "0.04"}
+    assert wi.decode_item(item).capacity_error == 0.04
+    assert (
+        wi.decode_item(wi.encode_item(attrs.evolve(entry, capacity_error=0.0))).capacity_error
+        == 0.0
+    )
+    assert "cer" in wi.REPLACED_OR_REMOVED  # a later report without one removes it
+
+
+@pytest.mark.parametrize("bad", [{"N": "-0.1"}, {"N": "x"}, {"S": "0.1"}, {"N": "NaN"}, {"L": []}])
+def test_an_unusable_capacity_error_reads_as_none_not_as_a_corrupt_entry(
+    bad: dict[str, object],
+) -> None:
+    item = wi.encode_item(wm.WorkerMetrics("w1", 100, capacity_kbps=2500.0))
+    item["cer"] = bad
+    decoded = wi.decode_item(item)
+    assert decoded.capacity_error is None and decoded.capacity_kbps == 2500.0
+
+
+def test_the_leader_takes_a_reported_capacitys_error_but_none_for_a_configured_one() -> None:
+    entry = wm.WorkerMetrics(
+        "w1", 1, metric_stats={wm.CPU: (20.0,)}, capacity_kbps=700.0, capacity_error=0.05
+    )
+    loads = worker_loads({"w1", "w2"}, {"w1": entry, "w2": entry}, capacities={"w2": 50.0})
+    assert [(w.capacity_kbps, w.capacity_error) for w in loads] == [(700.0, 0.05), (50.0, None)]
 
 
 def test_the_leader_takes_each_workers_reported_capacity() -> None:

@@ -73,9 +73,15 @@ async def test_lock_and_registry_shared_with_the_java_leader(
         real = detect_cpu_reader(asyncio.get_running_loop().time)
         assert real is not None, "no CPU source on this machine"
         await real.close()
-        # With its CPU count (kclasync's extra ``cor``), which the Java leader must ignore.
+        # With its CPU count (kclasync's extra ``cor``) and, once it has CPU samples, an
+        # estimated capacity and its error (``cap``, ``cer``): the Java leader must ignore them.
         presence = WorkerPresence(
-            registry, "py-1", wall_clock=time.time, worker_timeout=5.0, cores=4.0
+            registry,
+            "py-1",
+            wall_clock=time.time,
+            worker_timeout=5.0,
+            cores=4.0,
+            processed_kbps=lambda: 100.0,
         )
 
         async def report_forever() -> None:
@@ -113,7 +119,22 @@ async def test_lock_and_registry_shared_with_the_java_leader(
                 "two assignment runs of the Java leader counting py-1 with a CPU source",
             )
             assert not java.log_lines(r"invalid entries.*py-1")
+
+            async def estimated() -> bool:
+                entries = (await registry.list_workers()).entries
+                mine = [e for e in entries if e.worker_id == "py-1"]
+                return bool(mine) and mine[0].capacity_error is not None
+
+            await wait_until(estimated, 30, "py-1's entry to carry an estimated capacity")
+            counted = len(java.log_lines(r"Worker : py-1 and total leases"))
+            await wait_until(
+                lambda: len(java.log_lines(r"Worker : py-1 and total leases")) >= counted + 1,
+                60,
+                "an assignment run of the Java leader reading that entry",
+            )
+            assert not java.log_lines(r"invalid entries.*py-1")
             (entry,) = [e for e in (await registry.list_workers()).entries if e.worker_id == "py-1"]
+            assert entry.capacity_kbps == pytest.approx(2000.0) and entry.capacity_error
             assert presence.reporting_cpu is False
             assert "C" not in entry.metric_stats and "C" not in entry.operating_range, entry
             assert entry.implementation == "kclasync" and entry.cores == 4.0

@@ -267,3 +267,28 @@ async def test_cpu_is_left_out_while_a_java_worker_reports_none_and_back_once_it
     entry = wi.decode_item(registry.items["py-1"])
     assert presence.reporting_cpu is True
     assert entry.metric_stats["C"] == (20.0,) * 6 and entry.operating_range == {"C": (100,)}
+
+
+async def test_an_estimated_capacity_is_reported_with_its_standard_error() -> None:
+    registry = MemoryWorkerMetrics()
+    wall = [1_700_000_000.0]
+    readings = [20.0, 20.4, 19.6, 20.2, 19.9, 20.1]
+    presence = WorkerPresence(
+        registry, "w", wall_clock=lambda: wall[0], worker_timeout=5, cpu=FakeCpu(readings),
+        processed_kbps=lambda: 400.0,
+    )  # fmt: skip
+    for _ in readings:
+        wall[0] += 3
+        await presence.report()
+    entry = wi.decode_item(registry.items["w"])
+    assert entry.capacity_kbps is not None and abs(entry.capacity_kbps - 2000.0) < 40.0
+    # Five usable readings at 20 % CPU: at least a CPU point over sqrt(5) x 20.
+    assert entry.capacity_error is not None and 0.02 <= entry.capacity_error < 0.05
+    # A configured capacity is exact: no error goes with it, and an earlier one is removed.
+    presence.capacity_kbps = 2500.0
+    presence.cpu = FakeCpu([20.0])
+    wall[0] += 3
+    await presence.report()
+    entry = wi.decode_item(registry.items["w"])
+    assert entry.capacity_kbps == 2500.0 and entry.capacity_error is None
+    assert "cer" not in registry.items["w"]

@@ -81,14 +81,16 @@ def worker_loads(
             if rng and rng[0] > 0:
                 limit = float(rng[0])
         cap = (capacities or {}).get(wid)
+        error: float | None = None
         if cap is None and entry is not None:
-            cap = entry.capacity_kbps
+            cap, error = entry.capacity_kbps, entry.capacity_error
         out.append(
             WorkerLoad(
                 wid,
                 cpu_percent=cpu,
                 max_cpu_percent=limit,
                 capacity_kbps=cap,
+                capacity_error=error,
                 cores=entry.cores if entry is not None else None,
             )
         )

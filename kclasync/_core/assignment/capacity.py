@@ -69,7 +69,9 @@ class CapacityEstimator:
     ``1 / alpha`` periods) the reported value follows the estimate whenever they differ by more
     than ``dead_band_percent``: a rough first value is replaced as the data comes in. After that
     it moves only when they also differ by more than ``band_sigmas`` standard errors: a good
-    value stays still."""
+    value stays still. The standard error takes one CPU reading's noise as at least
+    ``cpu_noise_percent`` points, whatever the residuals of a few samples say; the worker reports
+    it with the capacity, and the leader prices a move onto the worker that much higher."""
 
     alpha: float = 0.02
     min_samples: int = 3
@@ -79,6 +81,7 @@ class CapacityEstimator:
     min_cpu_percent: float = 2.0
     max_cpu_percent: float = 98.0
     steady_percent: float = 20.0
+    cpu_noise_percent: float = 1.0
     estimate: float | None = None
     samples: int = 0
     reported: float | None = None
@@ -96,8 +99,8 @@ class CapacityEstimator:
             raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
         if self.min_samples < 1:
             raise ValueError("min_samples must be at least 1")
-        if self.dead_band_percent < 0 or self.band_sigmas < 0:
-            raise ValueError("dead_band_percent and band_sigmas must be >= 0")
+        if self.dead_band_percent < 0 or self.band_sigmas < 0 or self.cpu_noise_percent < 0:
+            raise ValueError("dead_band_percent, band_sigmas and cpu_noise_percent must be >= 0")
         if not self.max_error_percent > 0:
             raise ValueError("max_error_percent must be > 0")
 
@@ -108,7 +111,9 @@ class CapacityEstimator:
             return math.inf
         rate = self._pc / self._pp
         residual = max(0.0, self._cc - self._pc * self._pc / self._pp)
-        variance = residual / max(self._sw - 1.0, 1.0)
+        # A few samples' residuals can sit close by chance (three read 0.4 % where the estimate
+        # was 12 % off): one reading is taken as never closer than ``cpu_noise_percent``.
+        variance = max(residual / max(self._sw - 1.0, 1.0), self.cpu_noise_percent**2)
         return math.sqrt(variance * self._w2pp) / self._pp / rate
 
     def _fold(self, processed: float, cpu: float) -> None:

@@ -38,6 +38,13 @@ THROUGHPUT_EMA_ALPHA = 0.5
 #: a large share of it): ``estimate_capacity`` skips such periods, and ``LoadModel`` does not
 #: price a worker from one.
 CAPACITY_MIN_CPU_PERCENT = 5.0
+#: A capacity estimate is taken as possibly this many of its standard errors too high: a lease
+#: goes to a worker only where it lowers the peak also at that price (``LoadModel.doubt``).
+DOUBT_SIGMAS = 2.0
+#: ... when that standard error is above this share. A settled worker's is a fraction of a
+#: percent, which the minimum gain of a move covers; only a newcomer's first estimates, from a
+#: few readings of little load, are this rough.
+ROUGH_ERROR = 0.03
 #: A worker running less than this (KB/s, one byte a second) gives no CPU cost per KB/s: its
 #: CPU over such a throughput is noise, or infinite for a throughput that rounds to nothing.
 MIN_PRICED_KBPS = 1e-3
@@ -133,14 +140,16 @@ class LeaseLoad:
 class WorkerLoad:
     """One live worker: its CPU utilisation in percent (None without a CPU metric), the
     operating range (the most CPU it should run at), when known its capacity in KB/s
-    processed at 100 % CPU, and the CPUs it may use (a hint, to price it before its capacity
-    is known)."""
+    processed at 100 % CPU and that estimate's relative standard error (None: exact, as a
+    configured capacity), and the CPUs it may use (a hint, to price it before its capacity is
+    known)."""
 
     worker_id: str
     cpu_percent: float | None = None
     max_cpu_percent: float = 100.0
     capacity_kbps: float | None = None
     cores: float | None = None
+    capacity_error: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +262,10 @@ class LoadModel:
         # CPU is only usable with a way to predict what a lease costs: a capacity or a ratio.
         self.cpu_mode = reporting and fleet_rate > 0
         self.rate: dict[str, float] = {}
+        #: How far a worker's capacity may be above the truth, as a share of its cost: its
+        #: estimate's relative standard error times ``DOUBT_SIGMAS`` (0: a configured
+        #: capacity, a guess, or a fleet priced in throughput).
+        self.doubt: dict[str, float] = dict.fromkeys(self.workers, 0.0)
         if self.cpu_mode:
             # Without a capacity, a worker is priced from its own CPU over its throughput; but
             # while that CPU is below what a capacity estimate needs, it is mostly noise (1.9 %
@@ -263,6 +276,9 @@ class LoadModel:
                 cpu = w.cpu_percent or 0.0
                 if w.capacity_kbps:
                     self.rate[w.worker_id] = 100.0 / w.capacity_kbps
+                    error = w.capacity_error
+                    if error is not None and math.isfinite(error) and error > ROUGH_ERROR:
+                        self.doubt[w.worker_id] = DOUBT_SIGMAS * error
                 elif running[w.worker_id] >= MIN_PRICED_KBPS and cpu > 0 and cpu >= floor:
                     self.rate[w.worker_id] = cpu / running[w.worker_id]
                 else:
@@ -315,6 +331,11 @@ class LoadModel:
 
     def cost(self, worker_id: str, kbps: float) -> float:
         return kbps * self.rate[worker_id]
+
+    def dear(self, worker_id: str, kbps: float) -> float:
+        """What ``kbps`` may cost on the worker should its capacity estimate be high by
+        ``doubt``: a move is judged at this price on its receiver."""
+        return kbps * self.rate[worker_id] * (1.0 + self.doubt[worker_id])
 
     def headroom(self, worker_id: str) -> float:
         limit = self.limit[worker_id]

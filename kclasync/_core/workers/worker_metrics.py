@@ -74,6 +74,9 @@ class WorkerMetrics:
     support_last_update: int | None = None
     #: kclasync's extra attribute: KB/s this worker could process at 100 % CPU (None: unknown).
     capacity_kbps: float | None = None
+    #: kclasync's extra attribute: the relative standard error of an estimated
+    #: ``capacity_kbps`` (0.05: within about 5 %); None for a configured capacity or none.
+    capacity_error: float | None = None
     #: kclasync's extra attribute: the CPUs this worker may use (its cgroup or ECS limit, its
     #: affinity mask, or a configured value); a hint to price a worker that has no capacity
     #: yet (None: unknown).

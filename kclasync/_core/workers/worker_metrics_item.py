@@ -17,6 +17,8 @@ The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against th
 ``sup``   N     (later 3.x) support code for breaking features; read and kept, never needed
 ``slu``   N     (later 3.x) when ``sup`` was last written, epoch seconds
 ``cap``   N     kclasync only: the worker's capacity, KB/s it could process at 100 % CPU
+``cer``   N     kclasync only: the relative standard error of an estimated ``cap`` (0.05:
+                within about 5 %); absent for a configured capacity
 ``cor``   N     kclasync only: the CPUs the worker may use, from its first report (a hint
                 that prices a newcomer before its capacity is known)
 ``impl``  S     kclasync only: ``"kclasync"``. The KCL's reader maps known attributes and
@@ -30,7 +32,7 @@ The item, as the KCL 3.1.3 writes it (table HASH key ``wid``; checked against th
 ``mv``    N     kclasync only, the leader's entry: moves when an entry joined or left
 ========  ====  ===========================================================================
 
-``cap`` and ``cor`` are extra top-level attributes: the KCL 3.x maps the item onto its own
+``cap``, ``cer`` and ``cor`` are extra top-level attributes: the KCL 3.x maps the item onto its own
 bean and ignores attributes it does not know, so a Java leader reads the entry as before (``sts``
 and ``opr`` stay exactly the KCL's). A value that is not a positive finite number reads as
 unknown rather than making the whole entry unreadable: both are advisory.
@@ -57,6 +59,7 @@ SUPPORT_CODE = "sup"
 SUPPORT_LAST_UPDATE = "slu"
 CAPACITY = "cap"
 CORES = "cor"
+CAPACITY_ERROR = "cer"
 IMPLEMENTATION = "impl"
 HEARTBEAT = "hb"
 HEARTBEAT_INTERVAL = "hbi"
@@ -64,7 +67,15 @@ SILENT = "sil"
 MEMBERS = "mv"
 #: kclasync's attributes that a report sets when it has them and removes otherwise (a value
 #: from an earlier report, or an earlier leadership, no longer holds).
-REPLACED_OR_REMOVED = (CAPACITY, CORES, HEARTBEAT, HEARTBEAT_INTERVAL, SILENT, MEMBERS)
+REPLACED_OR_REMOVED = (
+    CAPACITY,
+    CAPACITY_ERROR,
+    CORES,
+    HEARTBEAT,
+    HEARTBEAT_INTERVAL,
+    SILENT,
+    MEMBERS,
+)
 
 Item = dict[str, Any]
 
@@ -101,6 +112,8 @@ def encode_item(metrics: WorkerMetrics) -> Item:
         item[SUPPORT_LAST_UPDATE] = {"N": str(metrics.support_last_update)}
     if metrics.capacity_kbps is not None:
         item[CAPACITY] = {"N": _num(metrics.capacity_kbps)}
+    if metrics.capacity_error is not None:
+        item[CAPACITY_ERROR] = {"N": _num(metrics.capacity_error)}
     if metrics.cores is not None:
         item[CORES] = {"N": _num(metrics.cores)}
     if metrics.implementation is not None:
@@ -138,8 +151,9 @@ def _heartbeat(item: Item) -> tuple[int | None, float | None]:
     return beat, period
 
 
-def _capacity(item: Item, name: str = CAPACITY) -> float | None:
-    """An advisory number (``cap``, ``cor``): a positive finite number, else None."""
+def _capacity(item: Item, name: str = CAPACITY, *, zero: bool = False) -> float | None:
+    """An advisory number (``cap``, ``cor``, ``cer``): a positive (or, ``zero``, non-negative)
+    finite number, else None."""
     attr = item.get(name)
     if not isinstance(attr, dict):
         return None
@@ -147,7 +161,7 @@ def _capacity(item: Item, name: str = CAPACITY) -> float | None:
         value = float(attr.get("N"))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
-    return value if math.isfinite(value) and value > 0 else None
+    return value if math.isfinite(value) and (value > 0 or (zero and value == 0)) else None
 
 
 def _num(value: float) -> str:
@@ -220,6 +234,7 @@ def decode_item(item: Item) -> WorkerMetrics:
         support_code=None if support is None else int(support),
         support_last_update=None if support_at is None else int(support_at),
         capacity_kbps=_capacity(item),
+        capacity_error=_capacity(item, CAPACITY_ERROR, zero=True),
         cores=_capacity(item, CORES),
         implementation=implementation if isinstance(implementation, str) else None,
         heartbeat=beat,
