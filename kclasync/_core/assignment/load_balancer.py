@@ -22,7 +22,10 @@ fleet is sized for its most loaded worker. Compared with the KCL 3.x variance de
   vector of loads strictly decreases: no A->B->A cycle on a static load, and a fixed point
   once no move helps;
 - sticky leases, leases in handoff and leases placed in this plan are never moved, and a
-  lease changes owner at most once per plan.
+  lease changes owner at most once per plan;
+- of its descents (levelling, fewest moves, fewest moves with chains) it takes the fewest
+  moves that end in the band, then drops each move the band does not need; and a worker
+  whose capacity estimate is still rough is judged at its load two errors higher.
 
 The choice of each step (which lease, to whom) is ``load_steps``' and ``load_frugal``'s.
 Must not: read clocks, tables or metrics, or use randomness; ties are broken by keys.
@@ -44,7 +47,7 @@ from kclasync._core.assignment.load_assignment import (
     lease_throughputs,
 )
 from kclasync._core.assignment.load_band import band_ceiling, out_of_band, peak_floor
-from kclasync._core.assignment.load_frugal import frugal_step
+from kclasync._core.assignment.load_frugal import frugal_step, model_after, pruned
 from kclasync._core.assignment.load_steps import Holdings, best_step, learning_step
 
 __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
@@ -214,10 +217,12 @@ def _plan(
     prior: tuple[Move, ...] = (),
     hot: tuple[str, str | None, float] | None = None,
 ) -> list[Move]:
-    """Two descents from the same state: levelling each peak with its best partner, and the
-    fewest moves (each off the peak, the lease that brings it into band in one move). The
-    second is taken when it ends within the target band (over an unmovable peak,
-    ``peak_percent`` above it) and moves fewer leases, or the first ends outside it."""
+    """Three descents from the same state: levelling each peak with its best partner, the
+    fewest moves (each off the peak, the lease that brings it into band in one move), and the
+    fewest moves with chains (``frugal_step``'s ``chain``). The one of the last two that ends
+    within the target band (over an unmovable peak, ``peak_percent`` above it) with fewer
+    moves is taken when it moves fewer leases than the first, or the first ends outside the
+    band. A plan that ends in the band is then pruned (``load_frugal.pruned``)."""
     greedy, ended = _descend(rnd, peak_percent=peak_percent, prior=prior, hot=hot)
     frugal, after = _descend(rnd, frugal=True, peak_percent=peak_percent, prior=prior, hot=hot)
     settings = rnd.settings
@@ -230,20 +235,33 @@ def _plan(
             holder = lambda: (moved, hot[2])  # noqa: E731
         return not out_of_band(model, *target, holder, spare_leases=rnd.spare)
 
-    # A levelling descent can stop outside the band where no single move or exchange off its
-    # peak lowers it (a state of tuning hot seed 2: 1.18x the level for good, as the next run
-    # plans the same), while the fewest-moves descent, which places each lease where it fits,
-    # ends in it.
-    if inside(frugal, after) and (len(frugal) < len(greedy) or not inside(greedy, ended)):
-        return frugal
-    if not prior and _triggers(ended, settings, rnd.peak, rnd.spare):
-        # Neither ends in the band, and the levelling one stops where the next run triggers
-        # again and plans the same, for good: a descent that may also pass a lease on in a
-        # chain (``frugal_step``'s ``chain``), taken only when it ends in the band.
-        chained, last = _descend(rnd, frugal=True, chain=True, peak_percent=peak_percent, hot=hot)
-        if inside(chained, last):
-            return chained
-    return greedy
+    # The chained descent passes a lease on where it fits nowhere as it is: the hot lease to
+    # the worker it overflows least, which passes one of its own on (the shape of the fewest
+    # moves after a traffic change made a lease hot, cause 25); and where neither other
+    # descent ends in the band, the only way out of a state every run would plan the same
+    # (cause 22). A levelling descent can stop outside the band where no single move or
+    # exchange off its peak lowers it (tuning hot seed 2: 1.18x the level for good, as the
+    # next run plans the same) while a fewest-moves one ends in it (cause 21).
+    chained, last = (
+        _descend(rnd, frugal=True, chain=True, peak_percent=peak_percent, hot=hot)
+        if not prior
+        else (frugal, after)
+    )
+    options = [
+        (len(p), i, p)
+        for i, (p, m) in enumerate(((frugal, after), (chained, last)))
+        if inside(p, m)
+    ]
+    chosen = greedy
+    if options:
+        moves, _, fewest = min(options, key=lambda o: (o[0], o[1]))
+        if moves < len(greedy) or not inside(greedy, ended):
+            chosen = fewest
+    model, throughputs = rnd.model, rnd.throughputs
+    if not inside(chosen, model_after(model, throughputs, chosen)):
+        return chosen
+    # A descent moves leases it can do without once later steps have made room (cause 26).
+    return pruned(model, throughputs, chosen, inside)
 
 
 def _descend(

@@ -42,7 +42,10 @@ def peak_floor(
     # that far off at times, and judged by it a peak already in band on a known worker looked
     # above it (a 4000 KB/s newcomer guessed at 4577 took the hot lease off a 4000 KB/s worker,
     # and the plan shuffled the leases behind it). A newcomer that much larger still counts.
-    prices = [r * guess_error if wid in model.guessed else r for wid, r in model.rate.items()]
+    prices = [
+        r * guess_error if wid in model.guessed else r * (1.0 + model.doubt[wid])
+        for wid, r in model.rate.items()
+    ]
     cheapest = min((r for r in prices if r > 0), default=0.0)
     pinned = dict.fromkeys(live, 0.0)
     for lease in snapshot.leases:

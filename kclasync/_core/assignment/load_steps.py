@@ -84,16 +84,18 @@ def best_step(
     model: LoadModel, movable: dict[str, Holdings], min_gain_percent: float
 ) -> list[tuple[LeaseLoad, str, str]] | None:
     """The next step off the fleet's peak (``_donors``): the best single move, else the best
-    exchange, else the exchange that takes back a little more; None when none passes."""
+    exchange, else the exchange that takes back a little more (one lease just above what
+    levels the pair, then one lease more than fits under it); None when none passes."""
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     cheapest = by_cost(model)
     for donor in _donors(model):
         receivers = search_receivers(donor, lightest, cheapest)
-        step = (
-            _best_move(model, movable, min_gain_percent, donor, receivers)
-            or _best_swap(model, movable, min_gain_percent, donor, receivers, beyond=False)
-            or _best_swap(model, movable, min_gain_percent, donor, receivers, beyond=True)
-        )
+        step = _best_move(model, movable, min_gain_percent, donor, receivers)
+        for beyond, more in ((False, False), (True, False), (True, True)):
+            if step is None:
+                step = _best_swap(
+                    model, movable, min_gain_percent, donor, receivers, beyond=beyond, more=more
+                )
         if step is not None:
             return step
     return None
@@ -175,10 +177,11 @@ def _best_move(
                 continue
             tp, key, lease = entry
             new_receiver = model.load[receiver] + tp * rate_r
-            if new_receiver > model.limit[receiver]:
+            worst = model.load[receiver] + model.dear(receiver, tp)
+            if worst > model.limit[receiver]:
                 continue
             peak = max(before - tp * rate_d, new_receiver)
-            if peak > before - min_gain or peak >= before:
+            if max(peak, worst) > before - min_gain or peak >= before:
                 continue
             candidate = (peak, key, receiver, lease)
             if best is None or candidate[:3] < best[:3]:
@@ -189,21 +192,28 @@ def _best_move(
 
 
 def _take_back(
-    held: Holdings, give: float, room: float, *, beyond: bool
+    held: Holdings, give: float, room: float, *, beyond: bool, more: bool = False
 ) -> list[tuple[float, LeaseLoad]]:
     """What an exchange of a lease of ``give`` KB/s takes back from the receiver (``held``),
     when ``room`` KB/s back leaves the pair level: its largest leases lighter than ``give``
     that fit into ``room``, greedily; or (``beyond``) its one lease just above ``room`` and
-    still lighter than ``give``, which leaves the donor a little above the receiver instead."""
-    if beyond:
+    still lighter than ``give``, which leaves the donor a little above the receiver instead;
+    or (``beyond`` and ``more``) the greedy fill and the lightest of its other leases, for a
+    receiver whose leases are each below ``room`` but fill it only together with one more."""
+    if beyond and not more:
         above = held.above(room)
         return [(above[0], above[2])] if above is not None and above[0] < give else []
     taken: list[tuple[float, LeaseLoad]] = []
     take = 0.0
+    rest: list[tuple[float, LeaseLoad]] = []
     for tp, _, lease in reversed(held.entries):
         if tp < give and take + tp <= room:
             taken.append((tp, lease))
             take += tp
+        elif tp < give:
+            rest.append((tp, lease))
+    if more:
+        return [*taken, rest[-1]] if rest else []
     return taken
 
 
@@ -215,6 +225,7 @@ def _best_swap(
     receivers: list[str],
     *,
     beyond: bool,
+    more: bool = False,
 ) -> list[tuple[LeaseLoad, str, str]] | None:
     """When no single move helps (a hot lease no other worker can absorb as it is), the
     exchange of one of ``donor``'s leases for lighter leases of another worker that lowers the
@@ -238,17 +249,18 @@ def _best_swap(
             room = give - gap
             if room <= 0:
                 continue  # a plain move of this lease: _best_move's job
-            back = _take_back(held, give, room, beyond=beyond)
+            back = _take_back(held, give, room, beyond=beyond, more=more)
             if not back:
                 continue
             net = give - sum(tp for tp, _ in back)
             new_receiver = model.load[receiver] + net * rate_r
-            if new_receiver > model.limit[receiver]:
+            worst = model.load[receiver] + model.dear(receiver, net)
+            if worst > model.limit[receiver]:
                 continue
             peak = max(before - net * rate_d, new_receiver)
             # Every lease an exchange moves must pay for itself: a hot lease traded for six
             # light ones is worth it only for a large gain, not to shave a point off a peak.
-            if peak > before - min_gain * (1 + len(back)) or peak >= before:
+            if max(peak, worst) > before - min_gain * (1 + len(back)) or peak >= before:
                 continue
             leases = [lease for _, lease in back]
             found.append((peak, len(back), given_key, receiver, given, leases))
