@@ -71,6 +71,10 @@ class ScenarioResult:
     interval: float
     #: Per change, against the best possible assignment (empty unless asked for).
     verdicts: tuple[ChangeVerdict, ...] = ()
+    #: Each change's start, and every change of a lease's owner seen (seconds, lease, owner):
+    #: two runs are on the same trajectory up to their logs' first difference.
+    change_starts: tuple[float, ...] = ()
+    owner_log: tuple[tuple[float, str, str], ...] = ()
 
 
 def zipf_rates(shards: Sequence[str], rng: random.Random, *, s: float = 1.2) -> dict[str, float]:
@@ -135,6 +139,7 @@ class LoadScenario:
         self.moves = 0
         #: Owner changes including first assignments (the yardstick's "leases moved").
         self.owner_changes = 0
+        self.owner_log: list[tuple[float, str, str]] = []
         sim.lease_throughput = self.lease_throughput  # type: ignore[attr-defined]
         sim.fleet.cpu_reader_for = self.cpu_reader
 
@@ -206,6 +211,7 @@ class LoadScenario:
             for key, lease in self.sim.table.leases.items():
                 before = self.owners.get(key)
                 if lease.owner is not None and before != lease.owner:
+                    self.owner_log.append((t, key, lease.owner))
                     self.owner_changes += 1
                     self.moves += before is not None
                 self.owners[key] = lease.owner
@@ -339,6 +345,8 @@ def run_load_scenario(
             leases_moved=scenario.moves,
             report=report,
             interval=settings.consumer_config("x").effective_assignment_interval,
+            change_starts=tuple(t for _, t in scenario.changes),
+            owner_log=tuple(scenario.owner_log),
         )
 
     result = run_virtual(go, wall_limit=600)
