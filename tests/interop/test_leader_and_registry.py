@@ -112,12 +112,18 @@ async def test_lock_and_registry_shared_with_the_java_leader(
             # source here) reports none: a KCL 3.x leader compares workers only on the same
             # metrics, and would otherwise give py-1 nothing. The leader keeps counting py-1.
             presence.cpu, presence.max_cpu_percent = SteadyCpu(), 90
-            counted = len(java.log_lines(r"Worker : py-1 and total leases"))
-            await wait_until(
-                lambda: len(java.log_lines(r"Worker : py-1 and total leases")) >= counted + 2,
-                60,
-                "two assignment runs of the Java leader counting py-1 with a CPU source",
-            )
+
+            async def java_runs(more: int, what: str) -> None:
+                counted = len(java.log_lines(r"Worker : py-1 and total leases"))
+                await wait_until(
+                    lambda: (
+                        len(java.log_lines(r"Worker : py-1 and total leases")) >= counted + more
+                    ),
+                    60,
+                    what,
+                )
+
+            await java_runs(2, "two assignment runs of the Java leader counting py-1 with CPU")
             assert not java.log_lines(r"invalid entries.*py-1")
 
             async def estimated() -> bool:
@@ -126,12 +132,7 @@ async def test_lock_and_registry_shared_with_the_java_leader(
                 return bool(mine) and mine[0].capacity_error is not None
 
             await wait_until(estimated, 30, "py-1's entry to carry an estimated capacity")
-            counted = len(java.log_lines(r"Worker : py-1 and total leases"))
-            await wait_until(
-                lambda: len(java.log_lines(r"Worker : py-1 and total leases")) >= counted + 1,
-                60,
-                "an assignment run of the Java leader reading that entry",
-            )
+            await java_runs(1, "an assignment run of the Java leader reading that entry")
             assert not java.log_lines(r"invalid entries.*py-1")
             (entry,) = [e for e in (await registry.list_workers()).entries if e.worker_id == "py-1"]
             assert entry.capacity_kbps == pytest.approx(2000.0) and entry.capacity_error
