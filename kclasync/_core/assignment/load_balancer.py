@@ -33,7 +33,6 @@ Must not: read clocks, tables or metrics, or use randomness; ties are broken by 
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
@@ -47,7 +46,7 @@ from kclasync._core.assignment.load_assignment import (
     lease_throughputs,
 )
 from kclasync._core.assignment.load_band import band_ceiling, out_of_band, peak_floor
-from kclasync._core.assignment.load_frugal import frugal_step, model_after, pruned
+from kclasync._core.assignment.load_frugal import frugal_step, model_after, pruned, shift
 from kclasync._core.assignment.load_steps import Holdings, best_step, learning_step
 
 __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
@@ -248,20 +247,19 @@ def _plan(
         else (frugal, after)
     )
     options = [
-        (len(p), i, p)
+        (len(p), i, p, m)
         for i, (p, m) in enumerate(((frugal, after), (chained, last)))
         if inside(p, m)
     ]
-    chosen = greedy
+    chosen, model = greedy, ended
     if options:
-        moves, _, fewest = min(options, key=lambda o: (o[0], o[1]))
+        moves, _, fewest, its = min(options, key=lambda o: (o[0], o[1]))
         if moves < len(greedy) or not inside(greedy, ended):
-            chosen = fewest
-    model, throughputs = rnd.model, rnd.throughputs
-    if not inside(chosen, model_after(model, throughputs, chosen)):
+            chosen, model = fewest, its
+    if chosen is greedy and not inside(greedy, ended):
         return chosen
     # A descent moves leases it can do without once later steps have made room (cause 26).
-    return pruned(model, throughputs, chosen, inside)
+    return pruned(rnd.model, rnd.throughputs, chosen, inside, model)
 
 
 def _descend(
@@ -287,9 +285,7 @@ def _descend(
         rnd.learning,
         rnd.once,
     )
-    model = copy.copy(start)
-    model.load = dict(start.load)
-    model.assigned_kbps = dict(start.assigned_kbps)
+    model = model_after(start, throughputs)
     current: dict[str, str] = {}
     holder = None
     if hot is not None:
@@ -328,10 +324,7 @@ def _descend(
         nonlocal changed
         for lease, donor, receiver in step:
             tp = throughputs[lease.key]
-            model.load[donor] -= model.cost(donor, tp)
-            model.load[receiver] += model.cost(receiver, tp)
-            model.assigned_kbps[donor] -= tp
-            model.assigned_kbps[receiver] += tp
+            shift(model, tp, donor, receiver)
             movable[donor].remove(tp, lease)
             movable[receiver].add(tp, lease)
             changed += (current[lease.key] == origin[lease.key]) - (receiver == origin[lease.key])

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from kclasync._core.assignment.load_assignment import LeaseLoad, LoadModel, Move
 from kclasync._core.assignment.load_steps import SEARCH_WIDTH, Holdings, by_cost, search_receivers
 
-__all__ = ["frugal_step", "model_after", "pruned"]
+__all__ = ["frugal_step", "model_after", "pruned", "shift"]
 
 # A fewest-moves exchange takes back at most this many leases (``_frugal_swap``).
 _FRUGAL_BACK = 2
@@ -39,9 +39,9 @@ def frugal_step(
     Largest first, as in bin packing: a heavy lease placed early settles its worker in one
     move. None when no lease fits or none lowers its donor by the minimum gain: the caller
     falls back to ``best_step``, which levels the pair instead (it may take back leases, or fill
-    a receiver above the band). With ``chain``, when no lease settles the donor where it fits
-    and no exchange passes, a chain of moves (``_frugal_chain``); the plan asks for it only
-    where neither of its descents reaches the band and the next run would trigger again."""
+    a receiver above the band). With ``chain``, when no lease settles the donor where it fits,
+    a chain of moves (``_frugal_chain``) where it is shorter than the exchange; the plan runs
+    one descent with chains beside one without (``load_balancer._plan``)."""
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     cheapest = by_cost(model)
     min_gain = model.mean() * min_gain_percent / 100
@@ -253,18 +253,22 @@ def _frugal_swap(
     return [(given, donor, receiver)] + [(lease, receiver, donor) for lease in leases]
 
 
-def model_after(model: LoadModel, throughputs: dict[str, float], plan: list[Move]) -> LoadModel:
-    """A copy of ``model`` after ``plan``'s moves."""
+def model_after(
+    model: LoadModel, throughputs: dict[str, float], plan: list[Move] | tuple[Move, ...] = ()
+) -> LoadModel:
+    """A copy of ``model`` (its loads and assigned KB/s; the rest is shared, unchanged) after
+    ``plan``'s moves."""
     after = copy.copy(model)
     after.load = dict(model.load)
     after.assigned_kbps = dict(model.assigned_kbps)
     for move in plan:
         if move.from_worker is not None:
-            _shift(after, throughputs[move.lease_key], move.from_worker, move.to_worker)
+            shift(after, throughputs[move.lease_key], move.from_worker, move.to_worker)
     return after
 
 
-def _shift(model: LoadModel, kbps: float, source: str, target: str) -> None:
+def shift(model: LoadModel, kbps: float, source: str, target: str) -> None:
+    """Move ``kbps`` of assigned throughput, and what it costs, from ``source`` to ``target``."""
     model.load[source] -= model.cost(source, kbps)
     model.load[target] += model.cost(target, kbps)
     model.assigned_kbps[source] -= kbps
@@ -276,15 +280,15 @@ def pruned(
     throughputs: dict[str, float],
     plan: list[Move],
     inside: Callable[[list[Move], LoadModel], bool],
+    after: LoadModel,
 ) -> list[Move]:
-    """``plan`` (ending within the band: ``inside``) without the moves it can do without: each
-    lease put back where it was, lightest first, while the fleet after the rest stays within
-    the band. A descent takes its steps one at a time, and a lease moved early to make room
-    may not be needed once a later step has made more (held-out-6 medium seed 602's traffic
-    change: 17 moves, 8 of them such; the fewest 6). A lease to a worker priced from a guess
-    stays: it is there to learn the worker's capacity from. O(moves x (moves + workers)), on
-    the leader, once per plan that ends in the band."""
-    after = model_after(model, throughputs, plan)
+    """``plan`` (ending within the band: ``inside``; ``after``: the model after it) without
+    the moves it can do without: each lease put back where it was, lightest first, while the
+    fleet after the rest stays within the band. A descent takes its steps one at a time, and a
+    lease moved early to make room may not be needed once a later step has made more
+    (held-out-6 medium seed 602's traffic change: 17 moves, 8 of them such; the fewest 6). A
+    lease to a worker priced from a guess stays: it is there to learn the worker's capacity
+    from. O(moves x (moves + workers)), on the leader, once per plan that ends in the band."""
     order = sorted(
         range(len(plan)), key=lambda i: (throughputs[plan[i].lease_key], plan[i].lease_key)
     )
@@ -293,10 +297,8 @@ def pruned(
         move = plan[i]
         if move.from_worker is None or move.to_worker in model.guessed:
             continue
-        trial = copy.copy(after)
-        trial.load = dict(after.load)
-        trial.assigned_kbps = dict(after.assigned_kbps)
-        _shift(trial, throughputs[move.lease_key], move.to_worker, move.from_worker)
+        trial = model_after(after, throughputs)
+        shift(trial, throughputs[move.lease_key], move.to_worker, move.from_worker)
         rest = [m for j, m in enumerate(plan) if j != i and j not in dropped]
         if inside(rest, trial):
             dropped.add(i)
