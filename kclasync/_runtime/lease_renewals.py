@@ -8,7 +8,7 @@ renewal's outcome leads to: a refused one explained and applied through ``HeldLe
 after all, handed on, lost), a failed one retried at the next round unless the lease has gone
 stale, an outgoing lease lost once its handoff timed out, an incoming one watched or activated
 (``lease_handoffs``), and a lease the table says we must give up (``release_reason``) stopped.
-The decisions are ``kclasync._core``'s (``held_lease``, ``load_assignment.renewal_throughput``).
+The decisions are ``kclasync._core``'s (``held_lease``, ``throughput.renewal_throughput``).
 Must not: import the lease coordinator, take, checkpoint or release leases, or read any clock
 but the held leases' (the event loop).
 
@@ -27,7 +27,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from kclasync._core.assignment.load_assignment import renewal_throughput
+from kclasync._core.assignment.throughput import renewal_throughput
 from kclasync._core.leases.held_lease import (
     FailedWrite,
     HeldLease,

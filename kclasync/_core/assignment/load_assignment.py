@@ -1,11 +1,12 @@
 """The leader's view of the fleet for load-aware assignment, and the priority assignment.
 
 Owns: the snapshot types every assignment policy is fed with (``LeaseLoad``, ``WorkerLoad``,
-``FleetSnapshot``), the plan it returns (``Move``, ``Plan``), the per-lease throughput EMA
-(``throughput_ema``) and what a renewal writes of it (``renewal_throughput``), filling leases
-without data with the fleet average, and the priority assignment of unowned and expired leases
-(``assign_unowned``): oldest first, each to the worker with the most headroom, never above a
-worker's operating range while another worker has room.
+``FleetSnapshot``), the plan it returns (``Move``, ``Plan``), the model of each worker's load
+and of what a lease costs on it (``LoadModel``), filling leases without data with the fleet
+average (the per-lease throughput EMA is ``throughput``'s, re-exported here), and the priority
+assignment of unowned and expired leases (``assign_unowned``): oldest first, each to the
+worker with the most headroom, never above a worker's operating range while another worker
+has room.
 
 Must not: read clocks, tables or metrics, or use global randomness. The same snapshot always
 yields the same plan; ties are broken by worker id and lease key.
@@ -18,8 +19,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kclasync._core.assignment.capacity import capacity_from_cores
+from kclasync._core.assignment.throughput import (
+    CAPACITY_MIN_CPU_PERCENT,
+    THROUGHPUT_EMA_ALPHA,
+    estimate_capacity,
+    renewal_throughput,
+    throughput_ema,
+)
 
 __all__ = [
+    "CAPACITY_MIN_CPU_PERCENT",
+    "THROUGHPUT_EMA_ALPHA",
     "FleetSnapshot",
     "LeaseLoad",
     "LoadModel",
@@ -33,11 +43,6 @@ __all__ = [
     "throughput_ema",
 ]
 
-THROUGHPUT_EMA_ALPHA = 0.5
-#: Below this CPU one reading says little about a worker's capacity (a point or two of noise is
-#: a large share of it): ``estimate_capacity`` skips such periods, and ``LoadModel`` does not
-#: price a worker from one.
-CAPACITY_MIN_CPU_PERCENT = 5.0
 #: A capacity estimate is taken as possibly this many of its standard errors too high: a lease
 #: goes to a worker only where it lowers the peak also at that price (``LoadModel.doubt``).
 DOUBT_SIGMAS = 2.0
@@ -48,69 +53,10 @@ ROUGH_ERROR = 0.03
 #: A worker running less than this (KB/s, one byte a second) gives no CPU cost per KB/s: its
 #: CPU over such a throughput is noise, or infinite for a throughput that rounds to nothing.
 MIN_PRICED_KBPS = 1e-3
-
-
-def throughput_ema(
-    previous_kbps: float | None,
-    bytes_delivered: int,
-    period_seconds: float,
-    alpha: float = THROUGHPUT_EMA_ALPHA,
-) -> float:
-    """One renewal period's throughput folded into the lease's EMA, in KB/s.
-
-    ``bytes_delivered`` is what reached the processor since the previous renewal and
-    ``period_seconds`` the time between the two renewals. Without a previous value the sample
-    itself is the average (seed 003: alpha 0.5 on the previous and the current value).
-    """
-    if bytes_delivered < 0:
-        raise ValueError(f"bytes_delivered must be >= 0, got {bytes_delivered}")
-    if not period_seconds > 0:
-        raise ValueError(f"period_seconds must be > 0, got {period_seconds}")
-    if not 0 < alpha <= 1:
-        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-    sample = bytes_delivered / 1024.0 / period_seconds
-    if previous_kbps is None or not math.isfinite(previous_kbps) or previous_kbps < 0:
-        return sample
-    return alpha * sample + (1.0 - alpha) * previous_kbps
-
-
-def renewal_throughput(
-    previous_kbps: float | None, bytes_delivered: int, since: float | None, now: float
-) -> float | None:
-    """``throughputKBps`` to write with a renewal sent at ``now``: the EMA (``throughput_ema``)
-    of the bytes delivered since the last renewal that wrote it, at ``since``. None (write
-    nothing) while there is no period yet: before the first renewal, or ``now`` not after it."""
-    if since is None or now <= since:
-        return None
-    return throughput_ema(previous_kbps, bytes_delivered, now - since)
-
-
-def estimate_capacity(
-    previous_kbps: float | None,
-    processed_kbps: float,
-    cpu_percent: float,
-    *,
-    alpha: float = THROUGHPUT_EMA_ALPHA,
-    min_cpu_percent: float = CAPACITY_MIN_CPU_PERCENT,
-    max_cpu_percent: float = 98.0,
-) -> float | None:
-    """A worker's own estimate of what it could process at 100 % CPU, in KB/s: an EMA of
-    ``processed * 100 / cpu`` over its reporting periods. Periods with too little CPU to say
-    anything (below ``min_cpu_percent``) or a saturated CPU (above ``max_cpu_percent``, where
-    the reading is censored) leave the previous estimate unchanged."""
-    if not 0 < alpha <= 1:
-        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-    if (
-        not math.isfinite(processed_kbps)
-        or not math.isfinite(cpu_percent)
-        or processed_kbps <= 0
-        or not min_cpu_percent <= cpu_percent <= max_cpu_percent
-    ):
-        return previous_kbps
-    sample = processed_kbps * 100.0 / cpu_percent
-    if previous_kbps is None or not previous_kbps > 0:
-        return sample
-    return alpha * sample + (1.0 - alpha) * previous_kbps
+#: A CPU reading at or above this is censored: the worker is saturated, its backlog grows, and
+#: its CPU over its throughput says only that it is smaller than that (the capacity estimator
+#: drops such readings too).
+SATURATED_CPU_PERCENT = 98.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +218,7 @@ class LoadModel:
             # for 101 KB/s reads a 3000 KB/s worker as 5300) and the fleet's average is closer.
             floor = CAPACITY_MIN_CPU_PERCENT if known else 0.0
             per_core = [(w.capacity_kbps, w.cores) for w in snapshot.workers]
+            saturated: set[str] = set()
             for w in snapshot.workers:
                 cpu = w.cpu_percent or 0.0
                 if w.capacity_kbps:
@@ -281,6 +228,15 @@ class LoadModel:
                         self.doubt[w.worker_id] = DOUBT_SIGMAS * error
                 elif running[w.worker_id] >= MIN_PRICED_KBPS and cpu > 0 and cpu >= floor:
                     self.rate[w.worker_id] = cpu / running[w.worker_id]
+                    if cpu >= SATURATED_CPU_PERCENT:
+                        # A saturated CPU is censored: the worker does less than its leases
+                        # ask, so CPU over throughput prices it as large as its backlog makes
+                        # it look (a 1000 KB/s worker given 3290 KB/s read as a 3290 one). It
+                        # costs at least its guess, and its load is predicted from its leases.
+                        hinted = capacity_from_cores(w.cores, per_core)
+                        guess = 100.0 / hinted if hinted else fleet_rate
+                        self.rate[w.worker_id] = max(self.rate[w.worker_id], guess)
+                        saturated.add(w.worker_id)
                 else:
                     # The guess: from the CPUs it may use and the fleet's capacity per CPU
                     # when both are known (a 2-CPU newcomer beside 8-CPU workers is not the
@@ -297,14 +253,20 @@ class LoadModel:
             # from them too, or it looks empty and draws ever more.
             self.load = {}
             for w in snapshot.workers:
-                if w.capacity_kbps or (not w.cpu_percent and assigned[w.worker_id] > 0):
+                if (
+                    w.capacity_kbps
+                    or (not w.cpu_percent and assigned[w.worker_id] > 0)
+                    or w.worker_id in saturated
+                ):
                     self.load[w.worker_id] = assigned[w.worker_id] * self.rate[w.worker_id]
                 else:
                     self.load[w.worker_id] = float(w.cpu_percent or 0.0)
             measured = self.measured = {
                 w.worker_id
                 for w in snapshot.workers
-                if not w.capacity_kbps and not (not w.cpu_percent and assigned[w.worker_id] > 0)
+                if not w.capacity_kbps
+                and not (not w.cpu_percent and assigned[w.worker_id] > 0)
+                and w.worker_id not in saturated
             }
             # Summed first and applied once per worker, so that the floor at 0 does not make
             # the result depend on the order of the leases.
