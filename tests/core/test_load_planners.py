@@ -6,7 +6,7 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kclasync._core.assignment.kcl3_decider import plan_kcl3
@@ -246,6 +246,15 @@ def _run_static(
 
 @settings(max_examples=60, deadline=None)
 @given(static_fleets())
+# Found at random: no descent ended within the band (the fewest-moves ones 0.01 points over
+# it), and the levelling one, far above, was taken; the next plan moved a lease back (cause 27).
+@example(
+    (
+        {"w0": 1149.0, "w1": 500.0, "w2": 894.0, "w3": 1026.0},
+        {"s000": 191.0, "s001": 511.0, "s002": 665.0, "s003": 709.0},
+        dict.fromkeys(("s000", "s001", "s002", "s003"), "w0"),
+    )
+)
 def test_converges_without_cycles_on_throughput(
     fleet: tuple[dict[str, float], dict[str, float], dict[str, str]],
 ) -> None:

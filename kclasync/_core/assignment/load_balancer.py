@@ -185,9 +185,19 @@ def _rebalance(
         hot = hottest.key, owners.get(hottest.key, hottest.owner), throughputs[hottest.key]
         percent = settings.peak_target_percent
         polished = _plan(rnd, peak_percent=percent, prior=plan, hot=hot)
-        if len(polished) <= POLISH_FACTOR * len(plan) + 1:
+        # The holder of the hot lease is left out of the tighter band, so a polish may hand
+        # that lease to a smaller worker where it costs more: taken only where the peak it
+        # predicts is no higher than the plan's.
+        if len(polished) <= POLISH_FACTOR * len(plan) + 1 and _peak_after(
+            rnd, polished
+        ) <= _peak_after(rnd, plan):
             return polished
     return list(plan)
+
+
+def _peak_after(rnd: _Round, plan: list[Move] | tuple[Move, ...]) -> float:
+    """The most loaded worker's predicted load after ``plan``."""
+    return max(model_after(rnd.model, rnd.throughputs, plan).load.values())
 
 
 def _triggers(model: LoadModel, settings: BalancerSettings, peak: float, spare: bool) -> bool:
@@ -221,7 +231,8 @@ def _plan(
     fewest moves with chains (``frugal_step``'s ``chain``). The one of the last two that ends
     within the target band (over an unmovable peak, ``peak_percent`` above it) with fewer
     moves is taken when it moves fewer leases than the first, or the first ends outside the
-    band. A plan that ends in the band is then pruned (``load_frugal.pruned``)."""
+    band; where none ends in the band, the one with the lowest peak (by more than the minimum
+    gain). A plan that ends in the band is then pruned (``load_frugal.pruned``)."""
     greedy, ended = _descend(rnd, peak_percent=peak_percent, prior=prior, hot=hot)
     frugal, after = _descend(rnd, frugal=True, peak_percent=peak_percent, prior=prior, hot=hot)
     settings = rnd.settings
@@ -257,6 +268,13 @@ def _plan(
         if moves < len(greedy) or not inside(greedy, ended):
             chosen, model = fewest, its
     if chosen is greedy and not inside(greedy, ended):
+        # None ends in the band: a fewest-moves plan whose peak is lower by more than the
+        # minimum gain is taken (the levelling descent stops where no single step lowers its
+        # peak, far above a fewest-moves one that stopped a hair over the band; cause 28).
+        gain = rnd.model.mean() * settings.min_gain_percent / 100
+        for other, its_model in ((frugal, after), (chained, last)):
+            if max(its_model.load.values()) < max(model.load.values()) - gain:
+                chosen, model = other, its_model
         return chosen
     # A descent moves leases it can do without once later steps have made room (cause 26).
     return pruned(rnd.model, rnd.throughputs, chosen, inside, model)
