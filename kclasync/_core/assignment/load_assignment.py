@@ -161,9 +161,11 @@ class LoadModel:
     CPU mode (every worker reports CPU): load is CPU percent; a lease costs its throughput times
     the worker's percent per KB/s, from its capacity if known (then the load itself is predicted
     from the leases it owns), else from its observed CPU over its assigned throughput (unless
-    other workers have capacities and that CPU is below ``CAPACITY_MIN_CPU_PERCENT``), else a
-    guess: the fleet's known capacity per CPU times the CPUs it reports (``WorkerLoad.cores``),
-    else the fleet's (the mean known capacity, else CPU over throughput summed over the fleet).
+    other workers have capacities and that CPU is below ``CAPACITY_MIN_CPU_PERCENT``; and at
+    least at its guess, its load predicted from its leases, when that CPU is saturated,
+    ``SATURATED_CPU_PERCENT``), else a guess: the fleet's known capacity per CPU times the CPUs
+    it reports (``WorkerLoad.cores``), else the fleet's (the mean known capacity, else CPU over
+    throughput summed over the fleet).
     Leases still in handoff are counted at their new owner and taken off the old one.
     Throughput mode (some worker has no CPU metric, or no worker has both CPU and throughput
     yet, e.g. at start-up): load is assigned throughput divided by capacity (relative units
