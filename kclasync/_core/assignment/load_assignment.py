@@ -214,6 +214,17 @@ class LoadModel:
         #: estimate's relative standard error times ``DOUBT_SIGMAS`` (0: a configured
         #: capacity, a guess, or a fleet priced in throughput).
         self.doubt: dict[str, float] = dict.fromkeys(self.workers, 0.0)
+        #: Each worker's capacity estimate's relative standard error, as it reports it (0: a
+        #: configured capacity, none yet, or not a finite number >= 0).
+        self.error: dict[str, float] = {
+            w.worker_id: w.capacity_error
+            if w.capacity_kbps
+            and w.capacity_error is not None
+            and math.isfinite(w.capacity_error)
+            and w.capacity_error > 0
+            else 0.0
+            for w in snapshot.workers
+        }
         if self.cpu_mode:
             # Without a capacity, a worker is priced from its own CPU over its throughput; but
             # while that CPU is below what a capacity estimate needs, it is mostly noise (1.9 %

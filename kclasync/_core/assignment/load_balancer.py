@@ -33,6 +33,7 @@ Must not: read clocks, tables or metrics, or use randomness; ties are broken by 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
@@ -202,14 +203,22 @@ def _peak_after(rnd: _Round, plan: list[Move] | tuple[Move, ...]) -> float:
 
 def _triggers(model: LoadModel, settings: BalancerSettings, peak: float, spare: bool) -> bool:
     """Whether a fleet in this state sets off a plan: out of its band by ``trigger_percent``
-    times ``TRIGGER_MARGIN`` (see ``BalancerSettings``)."""
+    times ``TRIGGER_MARGIN`` (see ``BalancerSettings``), each worker's load taken one standard
+    error of its capacity estimate higher against the level as it is: a worker just inside
+    the band by an estimate a percent or two high is outside it in truth, and nothing else
+    would set off the plan that brings it in (cause 29)."""
+    upper = model
+    if any(model.error.values()):
+        upper = copy.copy(model)
+        upper.load = {wid: load * (1 + model.error[wid]) for wid, load in model.load.items()}
     return out_of_band(
-        model,
+        upper,
         settings.trigger_percent * TRIGGER_MARGIN,
         settings.noise_floor_percent,
         peak,
         spare_leases=spare,
         empty_band_percent=settings.target_percent,
+        level=model.level(),
     )
 
 

@@ -61,6 +61,7 @@ def band_ceiling(
     peak: float,
     peak_percent: float | None = None,
     holder: Callable[[], tuple[str | None, float]] | None = None,
+    level: float | None = None,
 ) -> Callable[[str], float]:
     """The most load a worker may carry within the band: the fleet's level + band (or the
     unmovable peak + band, when higher); a measured load also ``floor`` points above the level
@@ -68,8 +69,8 @@ def band_ceiling(
     ``peak_percent`` (below the band, may be negative), every worker is held to the unmovable
     peak + that instead, but the ``holder`` of the hottest lease (its id and the lease's KB/s)
     to what that lease costs on it. The level does not change as leases move (it is the
-    capacity-weighted mean), so neither does this."""
-    level = model.level()
+    capacity-weighted mean), so neither does this. ``level`` replaces the model's own."""
+    level = model.level() if level is None else level
     top = max(level * (1 + band_percent / 100), peak * (1 + band_percent / 100))
     rest = top
     tight = peak_percent is not None and peak_percent < band_percent
@@ -97,6 +98,7 @@ def out_of_band(
     *,
     spare_leases: bool = True,
     empty_band_percent: float | None = None,
+    level: float | None = None,
 ) -> bool:
     """Whether the fleet is out of balance: a worker above the fleet's level + band (or, when
     an unmovable peak is higher, above that peak + band), or above its operating range; or a
@@ -108,11 +110,11 @@ def out_of_band(
     level lowers no peak: its leases would move for nothing). A measured load must also be
     ``floor`` points above the level (noise). A worker below the level is no reason to move by
     itself: the highest load is what the fleet is sized for, and levelling the others below it
-    moves leases for nothing."""
-    level = model.level()
+    moves leases for nothing. ``level`` replaces the model's own."""
+    level = model.level() if level is None else level
 
     def above(percent: float) -> bool:
-        ceiling = band_ceiling(model, percent, floor, peak, peak_percent, holder)
+        ceiling = band_ceiling(model, percent, floor, peak, peak_percent, holder, level)
         return any(
             load > ceiling(wid) or load > model.limit[wid] for wid, load in model.load.items()
         )
