@@ -37,9 +37,7 @@ def _fleet(error_a: float | None) -> FleetSnapshot:
     return FleetSnapshot(tuple(leases), tuple(workers))
 
 
-def test_a_worker_inside_the_trigger_band_by_less_than_its_estimates_error_is_rebalanced() -> (
-    None
-):
+def test_a_worker_inside_the_trigger_band_by_less_than_its_estimates_error_is_rebalanced() -> None:
     moves = plan_load_aware(_fleet(0.02)).moves
     assert moves and all(move.from_worker == "a" for move in moves), moves
 
