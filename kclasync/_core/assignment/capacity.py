@@ -21,7 +21,13 @@ from collections.abc import Iterable
 
 import attrs
 
-__all__ = ["CapacityEstimator", "capacity_from_cores"]
+__all__ = ["SATURATED_CPU_PERCENT", "CapacityEstimator", "capacity_from_cores"]
+
+#: Near 100 % a CPU reading is censored: the worker is saturated and its backlog grows, so its
+#: CPU over its throughput says only that it is smaller than that. The estimators skip readings
+#: above this, and the leader prices a worker that reads this or more at least at its guess
+#: (``LoadModel``).
+SATURATED_CPU_PERCENT = 98.0
 
 
 def capacity_from_cores(
@@ -79,7 +85,7 @@ class CapacityEstimator:
     band_sigmas: float = 2.0
     max_error_percent: float = 10.0
     min_cpu_percent: float = 2.0
-    max_cpu_percent: float = 98.0
+    max_cpu_percent: float = SATURATED_CPU_PERCENT
     steady_percent: float = 20.0
     cpu_noise_percent: float = 1.0
     estimate: float | None = None

@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kclasync._core.assignment.capacity import capacity_from_cores
+from kclasync._core.assignment.capacity import SATURATED_CPU_PERCENT, capacity_from_cores
 from kclasync._core.assignment.throughput import (
     CAPACITY_MIN_CPU_PERCENT,
     THROUGHPUT_EMA_ALPHA,
@@ -53,10 +53,6 @@ ROUGH_ERROR = 0.03
 #: A worker running less than this (KB/s, one byte a second) gives no CPU cost per KB/s: its
 #: CPU over such a throughput is noise, or infinite for a throughput that rounds to nothing.
 MIN_PRICED_KBPS = 1e-3
-#: A CPU reading at or above this is censored: the worker is saturated, its backlog grows, and
-#: its CPU over its throughput says only that it is smaller than that (the capacity estimator
-#: drops such readings too).
-SATURATED_CPU_PERCENT = 98.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +206,6 @@ class LoadModel:
         # CPU is only usable with a way to predict what a lease costs: a capacity or a ratio.
         self.cpu_mode = reporting and fleet_rate > 0
         self.rate: dict[str, float] = {}
-        #: How far a worker's capacity may be above the truth, as a share of its cost: its
-        #: estimate's relative standard error times ``DOUBT_SIGMAS`` (0: a configured
-        #: capacity, a guess, or a fleet priced in throughput).
-        self.doubt: dict[str, float] = dict.fromkeys(self.workers, 0.0)
         #: Each worker's capacity estimate's relative standard error, as it reports it (0: a
         #: configured capacity, none yet, or not a finite number >= 0).
         self.error: dict[str, float] = {
@@ -225,6 +217,10 @@ class LoadModel:
             else 0.0
             for w in snapshot.workers
         }
+        #: How far a worker's capacity may be above the truth, as a share of its cost: its
+        #: estimate's relative standard error times ``DOUBT_SIGMAS`` (0: a configured
+        #: capacity, a guess, or a fleet priced in throughput).
+        self.doubt: dict[str, float] = dict.fromkeys(self.workers, 0.0)
         if self.cpu_mode:
             # Without a capacity, a worker is priced from its own CPU over its throughput; but
             # while that CPU is below what a capacity estimate needs, it is mostly noise (1.9 %
@@ -236,9 +232,8 @@ class LoadModel:
                 cpu = w.cpu_percent or 0.0
                 if w.capacity_kbps:
                     self.rate[w.worker_id] = 100.0 / w.capacity_kbps
-                    error = w.capacity_error
-                    if error is not None and math.isfinite(error) and error > ROUGH_ERROR:
-                        self.doubt[w.worker_id] = DOUBT_SIGMAS * error
+                    if self.error[w.worker_id] > ROUGH_ERROR:
+                        self.doubt[w.worker_id] = DOUBT_SIGMAS * self.error[w.worker_id]
                 elif running[w.worker_id] >= MIN_PRICED_KBPS and cpu > 0 and cpu >= floor:
                     self.rate[w.worker_id] = cpu / running[w.worker_id]
                     if cpu >= SATURATED_CPU_PERCENT:

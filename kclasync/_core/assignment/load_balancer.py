@@ -33,7 +33,6 @@ Must not: read clocks, tables or metrics, or use randomness; ties are broken by 
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
@@ -209,8 +208,9 @@ def _triggers(model: LoadModel, settings: BalancerSettings, peak: float, spare: 
     would set off the plan that brings it in (cause 29)."""
     upper = model
     if any(model.error.values()):
-        upper = copy.copy(model)
-        upper.load = {wid: load * (1 + model.error[wid]) for wid, load in model.load.items()}
+        upper = model_after(model, {})
+        for wid, error in model.error.items():
+            upper.load[wid] *= 1 + error
     return out_of_band(
         upper,
         settings.trigger_percent * TRIGGER_MARGIN,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from kclasync._core.assignment.capacity import SATURATED_CPU_PERCENT
+
 __all__ = [
     "CAPACITY_MIN_CPU_PERCENT",
     "THROUGHPUT_EMA_ALPHA",
@@ -68,7 +70,7 @@ def estimate_capacity(
     *,
     alpha: float = THROUGHPUT_EMA_ALPHA,
     min_cpu_percent: float = CAPACITY_MIN_CPU_PERCENT,
-    max_cpu_percent: float = 98.0,
+    max_cpu_percent: float = SATURATED_CPU_PERCENT,
 ) -> float | None:
     """A worker's own estimate of what it could process at 100 % CPU, in KB/s: an EMA of
     ``processed * 100 / cpu`` over its reporting periods. Periods with too little CPU to say
