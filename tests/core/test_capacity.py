@@ -195,6 +195,41 @@ def test_one_run_is_held_while_the_throughputs_disagree_with_the_cpu() -> None:
     assert may_rebalance(calm, moved_last_run=False)
 
 
+def test_a_run_is_held_for_throughputs_in_flux_also_beside_a_worker_without_a_capacity() -> None:
+    """A worker that joined and holds crumbs (3 % of its CPU) never reports a capacity, and the
+    flux check used to be skipped for the whole fleet while one worker had none: the plan four
+    seconds after a traffic change (tuning medium seed 0) moved six leases on half-old
+    throughputs, and the next run four more, where four in all reach the band. The workers
+    with a capacity still tell that the throughputs are in flux; the one without is left out
+    of the check, and the fleet's other rule (no run right after one that moved, nor during a
+    handoff) still holds."""
+    workers = (
+        WorkerLoad("w1", 35.0, capacity_kbps=1000.0),
+        WorkerLoad("w2", 30.0, capacity_kbps=1000.0),
+        WorkerLoad("new", 3.0),
+    )
+    leases = (
+        LeaseLoad("a", "w1", 400.0),
+        LeaseLoad("b", "w1", 200.0),
+        LeaseLoad("c", "w2", 100.0),
+        LeaseLoad("d", "new", 10.0),
+    )
+    flux = FleetSnapshot(leases, workers)
+    assert rebalance_step(flux, moved_last_run=False) == (False, True)
+    assert rebalance_step(flux, moved_last_run=False, held_last_run=True) == (True, False)
+    assert rebalance_step(flux, moved_last_run=True, held_last_run=True) == (False, False)
+    calm = FleetSnapshot(
+        leases,
+        (
+            WorkerLoad("w1", 57.0, capacity_kbps=1000.0),
+            WorkerLoad("w2", 13.0, capacity_kbps=1000.0),
+            WorkerLoad("new", 3.0),
+        ),
+    )
+    assert rebalance_step(calm, moved_last_run=False) == (True, False)
+    assert rebalance_step(calm, moved_last_run=True) == (False, False)
+
+
 def test_planner_settings_are_consumer_settings() -> None:
     cfg = ConsumerConfig(
         rebalance_threshold_percent=20,

@@ -285,17 +285,21 @@ def rebalance_step(
     (not two in a row: ``held_last_run``) while the throughputs are in flux
     (``throughputs_in_flux``), or still moving since the ``previous`` run's snapshot
     (``throughputs_moving``): a plan on half-old throughputs moves leases the next run moves
-    back. Otherwise the plan uses measured CPU, which lags the moves (a worker that just
-    received leases still looks idle, and planning on that reading overshoots and oscillates):
-    then not while a handoff is still under way nor right after a run that moved."""
+    back. Otherwise the plan uses measured CPU for some worker, which lags the moves (a worker
+    that just received leases still looks idle, and planning on that reading overshoots and
+    oscillates): then not while a handoff is still under way nor right after a run that moved,
+    nor (one run) while the workers with a capacity show the throughputs in flux: a newcomer
+    that never reports a capacity (it holds crumbs) must not switch that check off for the
+    fleet."""
     if not watched_enough:
         return False, False
+    held = not held_last_run and (
+        throughputs_in_flux(snapshot) or throughputs_moving(snapshot, previous)
+    )
     if snapshot.workers and all(w.capacity_kbps for w in snapshot.workers):
-        held = not held_last_run and (
-            throughputs_in_flux(snapshot) or throughputs_moving(snapshot, previous)
-        )
         return not held, held
-    return not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases), False
+    calm = not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases)
+    return calm and not held, held
 
 
 @attrs.define
