@@ -166,18 +166,30 @@ def test_with_capacities_every_run_may_move_but_not_before_the_leader_has_watche
     assert not may_rebalance(known, moved_last_run=False, watched_enough=False)
 
 
+#: w1 holds 600 KB/s (60 % of its 1000), w2 100 KB/s (10 %).
+_FLUX_LEASES = (
+    LeaseLoad("a", "w1", 400.0),
+    LeaseLoad("b", "w1", 200.0),
+    LeaseLoad("c", "w2", 100.0),
+)
+
+
+def _readings(w1_cpu: float, w2_cpu: float) -> tuple[WorkerLoad, ...]:
+    """Two 1000 KB/s workers reading these CPUs."""
+    return (
+        WorkerLoad("w1", w1_cpu, capacity_kbps=1000.0),
+        WorkerLoad("w2", w2_cpu, capacity_kbps=1000.0),
+    )
+
+
 def test_one_run_is_held_while_the_throughputs_disagree_with_the_cpu() -> None:
     """Right after a traffic change the leases' throughputs are averages over a period that
     straddles the change: w1 is predicted at 60 % (600 KB/s of 1000) while its CPU already reads
     35, w2 at 10 % while it reads 30. Planning on them moves leases that the next run, with the
     new throughputs in, moves again; so one run only assigns, and the next may move whatever the
     readings (a biased capacity must not block balancing for good)."""
-    workers = (
-        WorkerLoad("w1", 35.0, capacity_kbps=1000.0),
-        WorkerLoad("w2", 30.0, capacity_kbps=1000.0),
-    )
-    leases = (LeaseLoad("a", "w1", 400.0), LeaseLoad("b", "w1", 200.0), LeaseLoad("c", "w2", 100.0))
-    flux = FleetSnapshot(leases, workers)
+    leases = _FLUX_LEASES
+    flux = FleetSnapshot(leases, _readings(35.0, 30.0))
     assert not may_rebalance(flux, moved_last_run=False)
     assert may_rebalance(flux, moved_last_run=False, held_last_run=True)
     # The leader is told which run was held, so it can let the next one move.
@@ -185,13 +197,7 @@ def test_one_run_is_held_while_the_throughputs_disagree_with_the_cpu() -> None:
     assert rebalance_step(flux, moved_last_run=False, held_last_run=True) == (True, False)
     assert rebalance_step(flux, moved_last_run=False, watched_enough=False) == (False, False)
     # Within the noise of a CPU reading (a few points) the throughputs are taken as they are.
-    calm = FleetSnapshot(
-        leases,
-        (
-            WorkerLoad("w1", 57.0, capacity_kbps=1000.0),
-            WorkerLoad("w2", 13.0, capacity_kbps=1000.0),
-        ),
-    )
+    calm = FleetSnapshot(leases, _readings(57.0, 13.0))
     assert may_rebalance(calm, moved_last_run=False)
 
 
@@ -203,29 +209,13 @@ def test_a_run_is_held_for_throughputs_in_flux_also_beside_a_worker_without_a_ca
     with a capacity still tell that the throughputs are in flux; the one without is left out
     of the check, and the fleet's other rule (no run right after one that moved, nor during a
     handoff) still holds."""
-    workers = (
-        WorkerLoad("w1", 35.0, capacity_kbps=1000.0),
-        WorkerLoad("w2", 30.0, capacity_kbps=1000.0),
-        WorkerLoad("new", 3.0),
-    )
-    leases = (
-        LeaseLoad("a", "w1", 400.0),
-        LeaseLoad("b", "w1", 200.0),
-        LeaseLoad("c", "w2", 100.0),
-        LeaseLoad("d", "new", 10.0),
-    )
-    flux = FleetSnapshot(leases, workers)
+    newcomer = WorkerLoad("new", 3.0)
+    leases = (*_FLUX_LEASES, LeaseLoad("d", "new", 10.0))
+    flux = FleetSnapshot(leases, (*_readings(35.0, 30.0), newcomer))
     assert rebalance_step(flux, moved_last_run=False) == (False, True)
     assert rebalance_step(flux, moved_last_run=False, held_last_run=True) == (True, False)
     assert rebalance_step(flux, moved_last_run=True, held_last_run=True) == (False, False)
-    calm = FleetSnapshot(
-        leases,
-        (
-            WorkerLoad("w1", 57.0, capacity_kbps=1000.0),
-            WorkerLoad("w2", 13.0, capacity_kbps=1000.0),
-            WorkerLoad("new", 3.0),
-        ),
-    )
+    calm = FleetSnapshot(leases, (*_readings(57.0, 13.0), newcomer))
     assert rebalance_step(calm, moved_last_run=False) == (True, False)
     assert rebalance_step(calm, moved_last_run=True) == (False, False)
 
