@@ -288,15 +288,18 @@ def rebalance_step(
     back. Otherwise the plan uses measured CPU for some worker, which lags the moves (a worker
     that just received leases still looks idle, and planning on that reading overshoots and
     oscillates): then not while a handoff is still under way nor right after a run that moved,
-    nor (one run) while the workers with a capacity show the throughputs in flux: a newcomer
-    that never reports a capacity (it holds crumbs) must not switch that check off for the
-    fleet."""
+    nor (one run), where some worker reports a capacity, while the throughputs are in flux: a
+    newcomer that never reports a capacity (it holds crumbs) must not switch that check off
+    for the fleet. A fleet where no worker reports one keeps the measured-CPU rule alone."""
     if not watched_enough:
         return False, False
-    held = not held_last_run and (
-        throughputs_in_flux(snapshot) or throughputs_moving(snapshot, previous)
+    priced = [w for w in snapshot.workers if w.capacity_kbps]
+    held = (
+        bool(priced)
+        and not held_last_run
+        and (throughputs_in_flux(snapshot) or throughputs_moving(snapshot, previous))
     )
-    if snapshot.workers and all(w.capacity_kbps for w in snapshot.workers):
+    if snapshot.workers and len(priced) == len(snapshot.workers):
         return not held, held
     calm = not moved_last_run and not any(lease.in_handoff for lease in snapshot.leases)
     return calm and not held, held
