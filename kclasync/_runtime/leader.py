@@ -209,13 +209,23 @@ class LeaderElector:
             self._rewrite.clear()
 
     async def release(self) -> None:
-        """Give the lock up (graceful stop) so another worker leads at once."""
+        """Give the lock up (graceful stop) so another worker leads at once. A heartbeat
+        cancelled in flight (the stop cancels this loop) may have landed without this worker
+        seeing its version: when the delete on the version it knows is refused, the lock is
+        read again and, if this worker still owns it, deleted on the version found."""
         version = self.state.held_version
         self.state.lost()
         if version is None:
             return
         with contextlib.suppress(AdapterError):
-            if await self.store.release_lock(
+            released = await self.store.release_lock(
                 self.key, version, self.worker_id, self._new_version()
-            ):
+            )
+            if not released:
+                item = await self.store.get_lock(self.key)
+                if item is not None and item.owner == self.worker_id:
+                    released = await self.store.release_lock(
+                        self.key, item.record_version, self.worker_id, self._new_version()
+                    )
+            if released:
                 log.info("worker %s released the leader lock", self.worker_id)

@@ -80,6 +80,36 @@ async def test_election_on_dynamodb(moto: LocalAws, unique_name: str) -> None:
         assert lock is not None and lock.owner == "a" and lock.lease_duration == 10.0
 
 
+@pytest.mark.asyncio
+async def test_a_release_after_a_heartbeat_landed_unseen_still_deletes_the_lock(
+    moto: LocalAws, unique_name: str
+) -> None:
+    # The graceful stop cancels the lock loop; a heartbeat cancelled after its write reached
+    # the table leaves there a version the elector never saw, and its delete on the version it
+    # knows is refused: the lock was left to expire (a Java worker then waits out its 30 s
+    # between tries), seen in the kclasync-to-Java interop story under load.
+    options = moto.client_options()
+    async with options.create_client("dynamodb") as ddb:
+        store = DynamoCoordinatorState(ddb, f"{unique_name}-CoordinatorState")
+        await store.ensure_table()
+        a = elector(store, "a", Clock())
+        assert await a.step() is True
+        held = await store.get_lock("Leader")
+        assert held is not None
+        landed = await store.replace_lock("Leader", held.record_version, "a", 10.0, "unseen", None)
+        assert landed is not None
+        await a.release()
+        assert await store.get_lock("Leader") is None
+        # A lock another worker took meanwhile is left alone.
+        assert await a.step() is True
+        taken = await store.get_lock("Leader")
+        assert taken is not None
+        assert await store.replace_lock("Leader", taken.record_version, "b", 10.0, "b1", None)
+        await a.release()
+        kept = await store.get_lock("Leader")
+        assert kept is not None and kept.owner == "b"
+
+
 @in_virtual_time
 async def test_elector_loop_takes_over_from_a_dead_leader() -> None:
     state = MemoryCoordinatorState()
