@@ -3,7 +3,7 @@ each worker's leases at those throughputs, and its CPU what they cost at its cap
 
 from __future__ import annotations
 
-from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, WorkerLoad
+from kclasync._core.assignment.load_assignment import FleetSnapshot, LeaseLoad, Move, WorkerLoad
 
 
 def fleet_of(spec: dict[str, tuple[float, list[float]]]) -> FleetSnapshot:
@@ -15,6 +15,19 @@ def fleet_of(spec: dict[str, tuple[float, list[float]]]) -> FleetSnapshot:
         cpu = sum(rates) * 100 / capacity
         workers.append(WorkerLoad(wid, cpu_percent=cpu, capacity_kbps=capacity))
     return FleetSnapshot(tuple(leases), tuple(workers))
+
+
+def utilisation_after(
+    spec: dict[str, tuple[float, list[float]]], moves: tuple[Move, ...]
+) -> dict[str, float]:
+    """Each worker's utilisation (%) in ``fleet_of(spec)`` after ``moves``."""
+    rates = {f"{wid}-{i}": rate for wid, (_, own) in spec.items() for i, rate in enumerate(own)}
+    owner = {key: key.rsplit("-", 1)[0] for key in rates}
+    owner.update({m.lease_key: m.to_worker for m in moves})
+    util = dict.fromkeys(spec, 0.0)
+    for key, rate in rates.items():
+        util[owner[key]] += 100 * rate / spec[owner[key]][0]
+    return util
 
 
 #: Tuning medium seed 0's traffic change: w1 carries a 2049 KB/s lease, 68 % of its 3000 KB/s,

@@ -18,7 +18,12 @@ from kclasync._core.assignment.load_assignment import (
     lease_throughputs,
 )
 from kclasync._core.assignment.load_balancer import peak_floor, plan_load_aware
-from tests.core.load_fleets import MEDIUM_0_TRAFFIC, MEDIUM_2401_TRAFFIC, fleet_of
+from tests.core.load_fleets import (
+    MEDIUM_0_TRAFFIC,
+    MEDIUM_2401_TRAFFIC,
+    fleet_of,
+    utilisation_after,
+)
 
 
 def test_a_hot_lease_alone_above_the_band_is_a_peak_not_a_reason_to_level_the_rest() -> None:
@@ -246,21 +251,8 @@ def test_a_polish_is_taken_only_when_it_moves_at_most_two_leases_more() -> None:
     snapshot = fleet_of(MEDIUM_2401_TRAFFIC)
     moves = plan_load_aware(snapshot).moves
     assert len(moves) == 5, moves
-    util = _utilisation(MEDIUM_2401_TRAFFIC, moves)
+    util = utilisation_after(MEDIUM_2401_TRAFFIC, moves)
     assert max(util.values()) <= 1.05 * 100 * 1603 / 3963, util
-
-
-def _utilisation(
-    spec: dict[str, tuple[float, list[float]]], moves: tuple[Move, ...]
-) -> dict[str, float]:
-    """Each worker's utilisation (%) in ``fleet_of(spec)`` after ``moves``."""
-    rates = {f"{wid}-{i}": rate for wid, (_, own) in spec.items() for i, rate in enumerate(own)}
-    owner = {key: key.rsplit("-", 1)[0] for key in rates}
-    owner.update({m.lease_key: m.to_worker for m in moves})
-    util = dict.fromkeys(spec, 0.0)
-    for key, rate in rates.items():
-        util[owner[key]] += 100 * rate / spec[owner[key]][0]
-    return util
 
 
 def test_a_polish_does_not_hand_the_hot_lease_to_a_smaller_worker() -> None:

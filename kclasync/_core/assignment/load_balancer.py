@@ -27,7 +27,8 @@ fleet is sized for its most loaded worker. Compared with the KCL 3.x variance de
   moves that end in the band, then drops each move the band does not need; and a worker
   whose capacity estimate is still rough is judged at its load two errors higher.
 
-The choice of each step (which lease, to whom) is ``load_steps``' and ``load_frugal``'s.
+Each descent's steps are ``load_descent``'s; the choice of each step (which lease, to whom)
+is ``load_steps``' and ``load_frugal``'s.
 Must not: read clocks, tables or metrics, or use randomness; ties are broken by keys.
 """
 
@@ -36,18 +37,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kclasync._core.assignment.load_assignment import (
-    CAPACITY_MIN_CPU_PERCENT,
     FleetSnapshot,
-    LeaseLoad,
     LoadModel,
     Move,
     Plan,
     assign_unowned,
     lease_throughputs,
 )
-from kclasync._core.assignment.load_band import band_ceiling, out_of_band, peak_floor
-from kclasync._core.assignment.load_frugal import frugal_step, model_after, pruned, shift
-from kclasync._core.assignment.load_steps import Holdings, best_step, learning_step
+from kclasync._core.assignment.load_band import out_of_band, peak_floor
+from kclasync._core.assignment.load_descent import Round, descend, unlearnt
+from kclasync._core.assignment.load_frugal import model_after, pruned
 
 __all__ = ["BalancerSettings", "peak_floor", "plan_load_aware"]
 
@@ -97,25 +96,6 @@ class BalancerSettings:
             raise ValueError("max_moves must be >= 0")
 
 
-@dataclass(frozen=True, slots=True)
-class _Round:
-    """What one plan's descents share: the snapshot and its model (left as they are), the
-    leases placed in this plan, the unmovable peak, and the rebalance's reasons (``spare``
-    leases beyond one per worker, ``triggered`` out of band, ``learning`` for a guessed
-    newcomer that holds too little to learn from, only ``once`` a learning lease)."""
-
-    snapshot: FleetSnapshot
-    model: LoadModel
-    throughputs: dict[str, float]
-    settings: BalancerSettings
-    placed: set[str]
-    peak: float
-    spare: bool
-    triggered: bool
-    learning: bool
-    once: bool
-
-
 def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None = None) -> Plan:
     """The plan for one assignment run of the leader (see the module docstring)."""
     settings = settings or BalancerSettings()
@@ -155,7 +135,7 @@ def _rebalance(
     # So is one holding too little to read a capacity from, when its guess taken as it is
     # would lower the peak (a newcomer that took a leaving worker's crumbs, 1 % of its CPU).
     idle = any(model.assigned_kbps[wid] <= 0 for wid in model.guessed)
-    light = any(_unlearnt(model, wid) for wid in model.guessed)
+    light = any(unlearnt(model, wid) for wid in model.guessed)
     learning = spare and (
         idle or (light and peak_floor(model, snapshot, throughputs, guess_error=1.0) < peak)
     )
@@ -166,7 +146,7 @@ def _rebalance(
     # room on the most loaded workers for an exchange off the peak; beside a fleet within the
     # trigger band one learning lease is all a plan gives (the next lowered no peak).
     once = not out_of_band(model, settings.trigger_percent, settings.noise_floor_percent, peak)
-    rnd = _Round(
+    rnd = Round(
         snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
     )
     plan = tuple(_plan(rnd, peak_percent=settings.target_percent))
@@ -198,7 +178,7 @@ def _rebalance(
     return list(plan)
 
 
-def _peak_after(rnd: _Round, plan: list[Move] | tuple[Move, ...]) -> float:
+def _peak_after(rnd: Round, plan: list[Move] | tuple[Move, ...]) -> float:
     """The most loaded worker's predicted load after ``plan``."""
     return max(model_after(rnd.model, rnd.throughputs, plan).load.values())
 
@@ -225,14 +205,8 @@ def _triggers(model: LoadModel, settings: BalancerSettings, peak: float, spare: 
     )
 
 
-def _unlearnt(model: LoadModel, wid: str) -> bool:
-    """A worker priced from a guess that holds too little to learn its capacity from: idle, or
-    below the CPU a capacity estimate needs (``CAPACITY_MIN_CPU_PERCENT``)."""
-    return model.assigned_kbps[wid] <= 0 or model.load[wid] < CAPACITY_MIN_CPU_PERCENT
-
-
 def _plan(
-    rnd: _Round,
+    rnd: Round,
     *,
     peak_percent: float,
     prior: tuple[Move, ...] = (),
@@ -245,8 +219,8 @@ def _plan(
     moves is taken when it moves fewer leases than the first, or the first ends outside the
     band; where none ends in the band, the one with the lowest peak (by more than the minimum
     gain). A plan that ends in the band is then pruned (``load_frugal.pruned``)."""
-    greedy, ended = _descend(rnd, peak_percent=peak_percent, prior=prior, hot=hot)
-    frugal, after = _descend(rnd, frugal=True, peak_percent=peak_percent, prior=prior, hot=hot)
+    greedy, ended = descend(rnd, peak_percent=peak_percent, prior=prior, hot=hot)
+    frugal, after = descend(rnd, frugal=True, peak_percent=peak_percent, prior=prior, hot=hot)
     settings = rnd.settings
     target = settings.target_percent, settings.noise_floor_percent / 2, rnd.peak, peak_percent
 
@@ -265,7 +239,7 @@ def _plan(
     # exchange off its peak lowers it (tuning hot seed 2: 1.18x the level for good, as the
     # next run plans the same) while a fewest-moves one ends in it (cause 21).
     chained, last = (
-        _descend(rnd, frugal=True, chain=True, peak_percent=peak_percent, hot=hot)
+        descend(rnd, frugal=True, chain=True, peak_percent=peak_percent, hot=hot)
         if not prior
         else (frugal, after)
     )
@@ -290,110 +264,3 @@ def _plan(
         return chosen
     # A descent moves leases it can do without once later steps have made room (cause 26).
     return pruned(rnd.model, rnd.throughputs, chosen, inside, model)
-
-
-def _descend(
-    rnd: _Round,
-    *,
-    frugal: bool = False,
-    chain: bool = False,
-    peak_percent: float,
-    prior: tuple[Move, ...] = (),
-    hot: tuple[str, str | None, float] | None = None,
-) -> tuple[list[Move], LoadModel]:
-    """One plan's steps from ``rnd.model`` (left as it is) until the fleet is within the target
-    band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes; when not
-    ``triggered`` (only an idle worker priced from a guess), its learning lease alone. The
-    moves of a ``prior`` plan are made first (and no learning lease after them). Returns the
-    net moves and the model after them."""
-    snapshot, start, throughputs, settings = rnd.snapshot, rnd.model, rnd.throughputs, rnd.settings
-    placed, peak, spare, triggered, learning, once = (
-        rnd.placed,
-        rnd.peak,
-        rnd.spare,
-        rnd.triggered,
-        rnd.learning,
-        rnd.once,
-    )
-    model = model_after(start, throughputs)
-    current: dict[str, str] = {}
-    holder = None
-    if hot is not None:
-        key, owner, kbps = hot
-        holder = lambda: (current.get(key, owner), kbps)  # noqa: E731
-    band = (
-        settings.target_percent,
-        settings.noise_floor_percent / 2,
-        peak,
-        peak_percent,
-        holder,
-    )
-    ceiling = band_ceiling(model, *band)
-    movable: dict[str, Holdings] = {wid: Holdings() for wid in model.workers}
-    for lease in snapshot.leases:
-        if (
-            lease.owner in movable
-            and not lease.sticky
-            and not lease.expired
-            and not lease.in_handoff
-            and lease.key not in placed
-            and throughputs[lease.key] > 0
-        ):
-            movable[lease.owner].add(throughputs[lease.key], lease)
-    # A lease moved earlier in this plan may move again (the plan keeps improving from the
-    # predicted state); only its net change of owner is returned, so no lease goes back and forth.
-    origin = {entry[2].key: wid for wid, held in movable.items() for entry in held.entries}
-    current.update(origin)
-    order: list[str] = []
-    steps = 0
-    limit = 4 * len(origin) + 8  # each step strictly lowers the sorted loads; this is a backstop
-    changed = 0
-    learned = bool(prior)
-
-    def make(step: list[tuple[LeaseLoad, str, str]]) -> None:
-        nonlocal changed
-        for lease, donor, receiver in step:
-            tp = throughputs[lease.key]
-            shift(model, tp, donor, receiver)
-            movable[donor].remove(tp, lease)
-            movable[receiver].add(tp, lease)
-            changed += (current[lease.key] == origin[lease.key]) - (receiver == origin[lease.key])
-            current[lease.key] = receiver
-            if lease.key not in order:
-                order.append(lease.key)
-
-    leases = {entry[2].key: entry[2] for held in movable.values() for entry in held.entries}
-    for move in prior:
-        if move.from_worker is not None:
-            make([(leases[move.lease_key], move.from_worker, move.to_worker)])
-    while steps < limit:
-        if settings.max_moves is not None and changed >= settings.max_moves:
-            break
-        if triggered and out_of_band(model, *band, spare_leases=spare):
-            step = None
-            if frugal:
-                step = frugal_step(model, movable, settings.min_gain_percent, ceiling, chain=chain)
-            if step is None:
-                step = best_step(model, movable, settings.min_gain_percent)
-            if step is None and not (learned and once):
-                # Nothing lowers the peak as the loads are priced, but a worker priced from a
-                # guess is only known once it carries load: a lease to learn from (``once``:
-                # only one, see ``_rebalance``).
-                step = learning_step(model, movable, settings.min_gain_percent)
-                learned = True
-        elif learning and not learned and any(_unlearnt(model, w) for w in model.guessed):
-            # One lease is enough to learn from: within the band nothing else needs to move,
-            # and a few more leases to the newcomer are moves the fewest do not make (nor one
-            # to a newcomer given a lease by the steps above).
-            step = learning_step(model, movable, settings.min_gain_percent)
-            learned = True
-        else:
-            break
-        if step is None:
-            break
-        if settings.max_moves is not None and changed + len(step) > settings.max_moves:
-            break
-        steps += 1
-        make(step)
-    moves = [Move(key, origin[key], current[key]) for key in order if current[key] != origin[key]]
-    return moves, model
