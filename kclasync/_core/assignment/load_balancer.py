@@ -147,7 +147,17 @@ def _rebalance(
     # trigger band one learning lease is all a plan gives (the next lowered no peak).
     once = not out_of_band(model, settings.trigger_percent, settings.noise_floor_percent, peak)
     rnd = Round(
-        snapshot, model, throughputs, settings, placed, peak, spare, triggered, learning, once
+        snapshot,
+        model,
+        throughputs,
+        settings,
+        placed,
+        peak,
+        spare,
+        triggered,
+        learning,
+        once,
+        settings.trigger_percent * TRIGGER_MARGIN,
     )
     plan = tuple(_plan(rnd, peak_percent=settings.target_percent))
     # Above an unmovable peak (a hot lease alone on its cheapest worker, higher than the level)

@@ -26,7 +26,11 @@ from kclasync._core.assignment.load_steps import Holdings, best_step, learning_s
 if TYPE_CHECKING:
     from kclasync._core.assignment.load_balancer import BalancerSettings
 
-__all__ = ["Round", "descend", "unlearnt"]
+__all__ = ["CRUMB_GAIN", "Round", "descend", "unlearnt"]
+
+#: Out of its trigger band with no step left, a plan takes steps of this share of the minimum
+#: gain (cause 32): a hot lease's holder whose other leases are each below the minimum gain.
+CRUMB_GAIN = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +38,8 @@ class Round:
     """What one plan's descents share: the snapshot and its model (left as they are), the
     leases placed in this plan, the unmovable peak, and the rebalance's reasons (``spare``
     leases beyond one per worker, ``triggered`` out of band, ``learning`` for a guessed
-    newcomer that holds too little to learn from, only ``once`` a learning lease)."""
+    newcomer that holds too little to learn from, only ``once`` a learning lease); and the
+    band out of which a fleet sets off a plan (``trigger_percent``, its margin applied)."""
 
     snapshot: FleetSnapshot
     model: LoadModel
@@ -46,6 +51,7 @@ class Round:
     triggered: bool
     learning: bool
     once: bool
+    trigger_percent: float
 
 
 def unlearnt(model: LoadModel, wid: str) -> bool:
@@ -64,9 +70,11 @@ def descend(
     hot: tuple[str, str | None, float] | None = None,
 ) -> tuple[list[Move], LoadModel]:
     """One plan's steps from ``rnd.model`` (left as it is) until the fleet is within the target
-    band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes; when not
-    ``triggered`` (only an idle worker priced from a guess), its learning lease alone. The
-    moves of a ``prior`` plan are made first (and no learning lease after them). Returns the
+    band: each ``best_step``, or (``frugal``) each ``frugal_step`` when one passes (each
+    lowering its pair's peak by the minimum gain, or single moves by a quarter of it once
+    out of the trigger band with no step left: ``CRUMB_GAIN``); when not ``triggered`` (only
+    an idle worker priced from a guess), its learning lease alone. The moves of a ``prior``
+    plan are made first (and no learning lease after them). Returns the
     net moves and the model after them."""
     snapshot, start, throughputs, settings = rnd.snapshot, rnd.model, rnd.throughputs, rnd.settings
     placed, peak, spare, triggered, learning, once = (
@@ -111,6 +119,7 @@ def descend(
     limit = 4 * len(origin) + 8  # each step strictly lowers the sorted loads; this is a backstop
     changed = 0
     learned = bool(prior)
+    crumbs = False
 
     def make(step: list[tuple[LeaseLoad, str, str]]) -> None:
         nonlocal changed
@@ -143,6 +152,21 @@ def descend(
                 # only one, see ``load_balancer._rebalance``).
                 step = learning_step(model, movable, settings.min_gain_percent)
                 learned = True
+            if step is None:
+                # A worker far out of band whose leases are each below the minimum gain (a
+                # hot lease's holder with 38 leases of under 14 KB/s beside it, in a fleet of
+                # 456 shards: 1.11-1.15x the optimum after every change, as every run planned
+                # nothing) sheds them in smaller steps (cause 32): only where the fleet is
+                # still out of its trigger band (it would stay there for good), and from then
+                # on until it is within the target band.
+                floor = settings.noise_floor_percent
+                crumbs = crumbs or out_of_band(
+                    model, rnd.trigger_percent, floor, peak, spare_leases=spare
+                )
+                if crumbs:
+                    # Single moves only: an exchange still pays the whole gain for each lease.
+                    gain = settings.min_gain_percent * CRUMB_GAIN
+                    step = best_step(model, movable, gain, exchanges=False)
         elif learning and not learned and any(unlearnt(model, w) for w in model.guessed):
             # One lease is enough to learn from: within the band nothing else needs to move,
             # and a few more leases to the newcomer are moves the fewest do not make (nor one

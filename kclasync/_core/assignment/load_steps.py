@@ -81,18 +81,23 @@ def _donors(model: LoadModel) -> list[str]:
 
 
 def best_step(
-    model: LoadModel, movable: dict[str, Holdings], min_gain_percent: float
+    model: LoadModel,
+    movable: dict[str, Holdings],
+    min_gain_percent: float,
+    *,
+    exchanges: bool = True,
 ) -> list[tuple[LeaseLoad, str, str]] | None:
-    """The next step off the fleet's peak (``_donors``): the best single move, else the best
-    exchange, else the exchange that takes back a little more (one lease just above what
-    levels the pair, then one lease more than fits under it); None when none passes."""
+    """The next step off the fleet's peak (``_donors``): the best single move, else (with
+    ``exchanges``) the best exchange, else the exchange that takes back a little more (one
+    lease just above what levels the pair, then one lease more than fits under it); None
+    when none passes."""
     lightest = sorted(model.workers, key=lambda wid: (model.load[wid], wid))
     cheapest = by_cost(model)
     for donor in _donors(model):
         receivers = search_receivers(donor, lightest, cheapest)
         step = _best_move(model, movable, min_gain_percent, donor, receivers)
         for beyond, more in ((False, False), (True, False), (True, True)):
-            if step is None:
+            if step is None and exchanges:
                 step = _best_swap(
                     model, movable, min_gain_percent, donor, receivers, beyond=beyond, more=more
                 )
