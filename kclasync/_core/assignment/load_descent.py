@@ -10,7 +10,6 @@ Must not: choose between descents (``load_balancer._plan``), read clocks or use 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kclasync._core.assignment.load_assignment import (
     CAPACITY_MIN_CPU_PERCENT,
@@ -21,10 +20,8 @@ from kclasync._core.assignment.load_assignment import (
 )
 from kclasync._core.assignment.load_band import band_ceiling, out_of_band
 from kclasync._core.assignment.load_frugal import frugal_step, model_after, shift
+from kclasync._core.assignment.load_settings import BalancerSettings
 from kclasync._core.assignment.load_steps import Holdings, best_step, learning_step
-
-if TYPE_CHECKING:
-    from kclasync._core.assignment.load_balancer import BalancerSettings
 
 __all__ = ["CRUMB_GAIN", "Round", "descend", "unlearnt"]
 
