@@ -160,9 +160,9 @@ def test_a_fleet_just_inside_the_threshold_by_the_estimates_is_rebalanced() -> N
     assert max(load.values()) < 28.0 * 1.095, (plan, load)
 
 
-#: A hot lease alone costs 35 % of "big"; beside it, leases of 13 KB/s (0.325 % each) and,
-#: with ``extra``, one of that many KB/s. The others hold twenty 60 KB/s leases each.
 def _crumbs(count: int, extra: float | None = None) -> dict[str, tuple[float, list[float]]]:
+    """A hot lease alone costs 35 % of "big"; beside it, ``count`` leases of 13 KB/s (0.325 %
+    each) and, with ``extra``, one of that many KB/s. The others hold twenty 60 KB/s leases."""
     big = [1400.0, *([extra] if extra else []), *[13.0] * count]
     return {"big": (4000.0, big), **{w: (4000.0, [60.0] * 20) for w in ("a", "b", "c")}}
 
@@ -174,7 +174,8 @@ def test_a_peak_far_out_of_band_sheds_leases_each_below_the_minimum_gain() -> No
     # for light ones moves too many for the gain: no step passed, and every run planned
     # nothing (fresh-21 large seed 2100: 38 such leases beside a hot one, 1.11-1.15x the
     # optimum after every change). Out of its trigger band with no step left, the plan now
-    # takes steps of a quarter of the minimum gain, until "big" is within the target band.
+    # makes single moves at a quarter of the minimum gain, until "big" is within the target
+    # band.
     spec = _crumbs(20)
     moves = plan_load_aware(fleet_of(spec)).moves
     assert moves and all(m.from_worker == "big" and m.lease_key != "big-0" for m in moves)

@@ -3,7 +3,8 @@ until it is within its band.
 
 Owns: ``Round``, what a plan's descents share, and ``descend``: each step off the peak
 (``load_steps.best_step``, or ``load_frugal.frugal_step`` for the fewest moves), a learning
-lease for a worker priced from a guess, and the net moves once no step passes.
+lease for a worker priced from a guess, single moves at ``CRUMB_GAIN`` of the minimum gain
+where nothing else passes outside the trigger band, and the net moves once no step passes.
 Must not: choose between descents (``load_balancer._plan``), read clocks or use randomness.
 """
 
@@ -25,8 +26,8 @@ from kclasync._core.assignment.load_steps import Holdings, best_step, learning_s
 
 __all__ = ["CRUMB_GAIN", "Round", "descend", "unlearnt"]
 
-#: Out of its trigger band with no step left, a plan takes steps of this share of the minimum
-#: gain (cause 32): a hot lease's holder whose other leases are each below the minimum gain.
+#: Out of its trigger band with no step left, a plan's single moves need only this share of
+#: the minimum gain (cause 32): a hot lease's holder whose other leases are each below it.
 CRUMB_GAIN = 0.25
 
 
