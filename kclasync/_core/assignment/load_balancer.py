@@ -24,8 +24,10 @@ fleet is sized for its most loaded worker. Compared with the KCL 3.x variance de
 - sticky leases, leases in handoff and leases placed in this plan are never moved, and a
   lease changes owner at most once per plan;
 - of its descents (levelling, fewest moves, fewest moves with chains) it takes the fewest
-  moves that end in the band, then drops each move the band does not need; and a worker
-  whose capacity estimate is still rough is judged at its load two errors higher.
+  moves that end in the band, then drops each move the band does not need; a worker
+  whose capacity estimate is still rough is judged at its load two errors higher; and the
+  band a plan stops at is over the unmovable peak priced a standard error higher, as a
+  worker within an estimate's error of it is no reason for a move.
 
 Each descent's steps are ``load_descent``'s; the choice of each step (which lease, to whom)
 is ``load_steps``' and ``load_frugal``'s.
@@ -43,7 +45,7 @@ from kclasync._core.assignment.load_assignment import (
     lease_throughputs,
 )
 from kclasync._core.assignment.load_band import out_of_band, peak_floor
-from kclasync._core.assignment.load_descent import Round, descend, unlearnt
+from kclasync._core.assignment.load_descent import Round, descend, stop_peak, unlearnt
 from kclasync._core.assignment.load_frugal import model_after, pruned
 from kclasync._core.assignment.load_settings import BalancerSettings
 
@@ -59,6 +61,9 @@ TRIGGER_MARGIN = 0.95
 #: ``POLISH_EXTRA`` leases more than it.
 POLISH_FACTOR = 1.5
 POLISH_EXTRA = 2
+#: A plan stops at the target band over the unmovable peak priced with each capacity estimate
+#: this many standard errors smaller (``Round.band_peak``, cause 33).
+BAND_ERRORS = 1.0
 
 
 def plan_load_aware(snapshot: FleetSnapshot, settings: BalancerSettings | None = None) -> Plan:
@@ -123,6 +128,7 @@ def _rebalance(
         learning,
         once,
         settings.trigger_percent * TRIGGER_MARGIN,
+        peak_floor(model, snapshot, throughputs, sigmas=BAND_ERRORS),
     )
     plan = tuple(_plan(rnd, peak_percent=settings.target_percent))
     # Above an unmovable peak (a hot lease alone on its cheapest worker, higher than the level)
@@ -197,7 +203,12 @@ def _plan(
     greedy, ended = descend(rnd, peak_percent=peak_percent, prior=prior, hot=hot)
     frugal, after = descend(rnd, frugal=True, peak_percent=peak_percent, prior=prior, hot=hot)
     settings = rnd.settings
-    target = settings.target_percent, settings.noise_floor_percent / 2, rnd.peak, peak_percent
+    target = (
+        settings.target_percent,
+        settings.noise_floor_percent / 2,
+        stop_peak(rnd, peak_percent),
+        peak_percent,
+    )
 
     def inside(plan: list[Move], model: LoadModel) -> bool:
         holder = None

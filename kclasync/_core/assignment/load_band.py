@@ -26,10 +26,12 @@ def peak_floor(
     throughputs: dict[str, float],
     *,
     guess_error: float = GUESS_ERROR,
+    sigmas: float = 0.0,
 ) -> float:
     """A load no plan can bring the most loaded worker below: the hottest lease alone on the
-    worker where it costs least (a price from a guess counted ``guess_error`` times higher),
-    and what is pinned (sticky leases, leases in handoff) on each worker. Above the fleet's
+    worker where it costs least (a price from a guess counted ``guess_error`` times higher,
+    an estimate ``sigmas`` standard errors smaller), and what is pinned (sticky leases, leases
+    in handoff) on each worker. Above the fleet's
     level, the balance is judged against it: moves that level the other workers below an
     unmovable peak do not lower the peak."""
     live = model.workers
@@ -43,7 +45,9 @@ def peak_floor(
     # above it (a 4000 KB/s newcomer guessed at 4577 took the hot lease off a 4000 KB/s worker,
     # and the plan shuffled the leases behind it). A newcomer that much larger still counts.
     prices = [
-        r * guess_error if wid in model.guessed else r * (1.0 + model.doubt[wid])
+        r * guess_error
+        if wid in model.guessed
+        else r * (1.0 + model.doubt[wid]) * (1.0 + sigmas * model.error[wid])
         for wid, r in model.rate.items()
     ]
     cheapest = min((r for r in prices if r > 0), default=0.0)

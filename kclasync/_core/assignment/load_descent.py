@@ -24,7 +24,7 @@ from kclasync._core.assignment.load_frugal import frugal_step, model_after, shif
 from kclasync._core.assignment.load_settings import BalancerSettings
 from kclasync._core.assignment.load_steps import Holdings, best_step, learning_step
 
-__all__ = ["CRUMB_GAIN", "Round", "descend", "unlearnt"]
+__all__ = ["CRUMB_GAIN", "Round", "descend", "stop_peak", "unlearnt"]
 
 #: Out of its trigger band with no step left, a plan's single moves need only this share of
 #: the minimum gain (cause 32): a hot lease's holder whose other leases are each below it.
@@ -36,8 +36,11 @@ class Round:
     """What one plan's descents share: the snapshot and its model (left as they are), the
     leases placed in this plan, the unmovable peak, and the rebalance's reasons (``spare``
     leases beyond one per worker, ``triggered`` out of band, ``learning`` for a guessed
-    newcomer that holds too little to learn from, only ``once`` a learning lease); and the
-    band out of which a fleet sets off a plan (``trigger_percent``, its margin applied)."""
+    newcomer that holds too little to learn from, only ``once`` a learning lease); the
+    band out of which a fleet sets off a plan (``trigger_percent``, its margin applied); and
+    the unmovable peak a plan stops at the target band over (``band_peak``: ``peak`` with each
+    capacity estimate a standard error smaller; a worker within an estimate's error of the
+    band is no reason for a move, cause 33)."""
 
     snapshot: FleetSnapshot
     model: LoadModel
@@ -50,6 +53,13 @@ class Round:
     learning: bool
     once: bool
     trigger_percent: float
+    band_peak: float
+
+
+def stop_peak(rnd: Round, peak_percent: float) -> float:
+    """The unmovable peak a plan stops at: ``band_peak`` for the target band, the peak as
+    estimated for a polish below it (that aims at the peak itself, a margin under it)."""
+    return rnd.band_peak if peak_percent >= rnd.settings.target_percent else rnd.peak
 
 
 def unlearnt(model: LoadModel, wid: str) -> bool:
@@ -92,7 +102,7 @@ def descend(
     band = (
         settings.target_percent,
         settings.noise_floor_percent / 2,
-        peak,
+        stop_peak(rnd, peak_percent),
         peak_percent,
         holder,
     )
