@@ -3,8 +3,8 @@
 Fresh-30 medium seed 3002's traffic change: the 1367 KB/s lease, alone on the 3011 KB/s worker
 (3000 in truth, reported with a 1.5 % standard error), sets the peak at 45.4 %; the target band
 over it is 47.7 %, and that worker's six light leases (73 KB/s) put it at 47.8 %, 0.15 points
-out, by an estimate whose error is ten times that. The plan moved two leases, and its polish
-two more, where the hot lease alone reaches 1.05x the optimum. A plan now stops at the band
+out, by an estimate whose error is about five times that. The plan moved two leases, and its
+polish two more, where the hot lease alone reaches 1.05x the optimum. A plan now stops at the band
 over the peak priced one standard error higher (``Round.band_peak``); what sets a plan off
 (the trigger band) and the polish below the peak keep the peak as estimated.
 """
